@@ -1,0 +1,105 @@
+"""How vLLM splits a GPU's memory: weights, an activation reserve, and what is left for KV blocks.
+
+    torch total x --gpu-memory-utilization           the share vLLM may use, per GPU
+      - weights / tensor_parallel_size               loaded first
+      - activation reserve                           peak of a profiling forward pass + runtime
+      = KV cache memory  ->  // (block_size x KV bytes per token)  ->  num_gpu_blocks
+
+The activation reserve is servesim's model of what vLLM measures by profiling. vLLM runs a dummy
+forward pass of `max_num_batched_tokens` tokens and records the peak; the largest tensors of that
+pass are the MLP's gate/up output and its activation (3 x intermediate_size values per token, 16-bit)
+and the sampler's FP32 logits (max_num_seqs x vocab). Memory outside torch's allocator (CUDA
+context, cuBLAS and NCCL workspaces, CUDA-graph pools) is charged as a flat 1 GiB. With these,
+Llama-3.3-70B FP8 on one H100 at utilization 0.95 with FP8 KV gets 5.13 GiB of KV (33,600
+tokens); vLLM printed 5.11 GiB (33,504 tokens) for that setup.
+
+`--num-gpu-blocks-override` skips all of this, as in vLLM.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from config import ConfigError, EngineConfig
+from presets import GPUS, MODELS, GpuSpec, ModelSpec
+
+GIB = 2**30
+NON_TORCH_MEMORY_BYTES = 1 * GIB  # CUDA context, library workspaces, CUDA graphs (see above)
+LOGITS_BYTES = 4                   # the sampler works on FP32 logits
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """One GPU's memory as vLLM lays it out (with tensor parallelism, every GPU looks alike)."""
+    usable_bytes: int             # torch total x gpu_memory_utilization
+    weight_bytes: int             # this GPU's shard of the weights
+    activation_reserve_bytes: int
+    kv_bytes_per_token: int       # this GPU's shard of one token's keys and values
+    block_size: int
+    num_gpu_blocks: int           # KV blocks in the pool
+    overridden: bool = False      # num_gpu_blocks came from --num-gpu-blocks-override
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.num_gpu_blocks * self.block_size * self.kv_bytes_per_token
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+
+def lookup(config: EngineConfig) -> tuple[ModelSpec, GpuSpec]:
+    if config.model not in MODELS:
+        raise ConfigError(f"unknown --model {config.model!r}; choose one of {', '.join(MODELS)}")
+    if config.gpu not in GPUS:
+        raise ConfigError(f"unknown --gpu {config.gpu!r}; choose one of {', '.join(GPUS)}")
+    return MODELS[config.model], GPUS[config.gpu]
+
+
+def activation_reserve_bytes(model: ModelSpec, config: EngineConfig) -> int:
+    """Peak activations of vLLM's profiling pass, per GPU, plus memory outside torch."""
+    profile_tokens = max(config.token_budget(enable_chunked_prefill=False),
+                         config.max_num_batched_tokens or 0)
+    mlp = profile_tokens * 3 * model.intermediate_size * 2 // config.tensor_parallel_size
+    logits = config.max_num_seqs * model.vocab_size * LOGITS_BYTES
+    return mlp + logits + NON_TORCH_MEMORY_BYTES
+
+
+def plan_memory(config: EngineConfig) -> MemoryPlan:
+    """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit."""
+    model, gpu = lookup(config)
+    tp = config.tensor_parallel_size
+    usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
+    weights = model.weight_bytes // tp
+    reserve = activation_reserve_bytes(model, config)
+    kv_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) // tp
+    block_bytes = kv_per_token * config.block_size
+    if config.num_gpu_blocks_override is not None:
+        num_blocks: Optional[int] = config.num_gpu_blocks_override
+    else:
+        if weights + reserve >= usable:
+            raise ConfigError(_does_not_fit(config, model, gpu, weights, reserve, usable))
+        num_blocks = (usable - weights - reserve) // block_bytes
+    plan = MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
+                      overridden=config.num_gpu_blocks_override is not None)
+    if plan.kv_cache_tokens < config.max_model_len:
+        raise ConfigError(
+            f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({num_blocks} blocks of "
+            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence; "
+            f"lower --max-model-len to {plan.kv_cache_tokens} or give the cache more memory")
+    return plan
+
+
+def _does_not_fit(config: EngineConfig, model: ModelSpec, gpu: GpuSpec, weights: int,
+                  reserve: int, usable: int) -> str:
+    needed_tp = config.tensor_parallel_size
+    while (model.weight_bytes // needed_tp + reserve >= usable) and needed_tp < 8:
+        needed_tp *= 2
+    bigger = [key for key, g in GPUS.items()
+              if model.weight_bytes // config.tensor_parallel_size + reserve
+              < g.memory_gib * GIB * config.gpu_memory_utilization]
+    suggestion = f"try --tensor-parallel-size {needed_tp}"
+    if bigger:
+        suggestion += f" or --gpu {' / '.join(bigger)}"
+    return (f"{config.model} needs {weights / GIB:.1f} GiB of weights + {reserve / GIB:.1f} GiB "
+            f"activation reserve per GPU, but {gpu.name} x {config.gpu_memory_utilization} "
+            f"gives {usable / GIB:.1f} GiB; {suggestion}")

@@ -1,0 +1,92 @@
+"""servesim: the scheduler of an LLM serving engine, on a virtual clock.
+
+    python code/main.py            # the four modes side by side on a mixed workload
+    python code/main.py --help     # every command and flag
+
+One engine loop (`simulate`, below) serves a stream of requests in any of four modes. Read it
+like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch
+on the virtual clock, advance the clock, apply the step. The concepts live one per file:
+
+    request.py          a sequence's life: computed tokens chasing prompt + output tokens
+    kv_cache.py         PagedAttention: blocks, block tables, a free pool (and what it replaced)
+    scheduler.py        continuous batching and chunked prefill (vLLM V1's scheduler)
+    static_batching.py  NAIVE and STATIC: batching before iteration-level scheduling
+    modes.py            the four modes as small policy objects
+    forward_model.py    the virtual clock: step time from FLOPs and bytes (a roofline)
+    gpu_memory.py       weights, activations and KV blocks in --gpu-memory-utilization
+    presets.py          GPUs and models, each number with its source
+    workload.py         mixed traffic, arrival processes, trace files
+    metrics.py          TTFT, TPOT, ITL, E2EL as `vllm bench serve` defines them
+    report.py           the tables and the JSON
+    cli.py              the command line
+"""
+
+import sys
+
+# ── Knobs for the exercises: edit them and rerun, or override them with the flags named ────────
+MODES = ["naive", "static", "continuous", "chunked"]  # rows to compare (--mode); drop "chunked"
+#                                                        to turn chunked prefill off
+MAX_NUM_BATCHED_TOKENS = None  # token budget per step (--max-num-batched-tokens); None: 512-token
+#                                chunks with chunked prefill, max(max_model_len, 2048) without
+BLOCK_SIZE = 16                # tokens per KV block (--block-size)
+MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATIC's batch size
+# ─────────────────────────────────────────────────────────────────────────────────────────────
+
+import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
+from metrics import RunRecorder  # noqa: E402
+from batch import EngineStep  # noqa: E402
+
+
+def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> RunRecorder:
+    """Serve every request of `workload` in `mode`; return what was recorded."""
+    scheduler = mode.make_scheduler(config, num_gpu_blocks)
+    kv_cache = scheduler.kv_cache
+    arrivals = workload.arrivals()
+    recorder = RunRecorder(kv_cache.num_total_slots)
+    clock_s = 0.0
+    while True:
+        admit_arrivals(arrivals, scheduler, recorder, clock_s)
+        if not scheduler.has_unfinished_requests() and arrivals.next_arrival_s() is None:
+            return recorder
+        batch = scheduler.schedule(clock_s)                   # who runs, how many tokens each
+        if batch.is_empty:
+            if not batch.preempted:                           # idle: jump to the next event
+                clock_s = next_event_s(arrivals, scheduler, clock_s)
+            continue
+        step_s = clock.step_time_s(batch)                     # price it on the virtual clock
+        reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
+        clock_s += step_s
+        result = scheduler.update_from_output(batch, clock_s)  # tokens out, finished freed
+        arrivals.on_finished(len(result.finished), clock_s)
+        recorder.on_step(step_s, batch, result, reserved, used)
+        for observe in observers:
+            observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
+                               len(scheduler.running), len(scheduler.waiting),
+                               scheduler.num_free_blocks, reserved, used))
+
+
+def admit_arrivals(arrivals, scheduler, recorder, clock_s) -> None:
+    """Hand every request that has arrived by now to the scheduler (which may reject it)."""
+    arrived = arrivals.pop_arrived(clock_s)
+    while arrived:
+        for request in arrived:
+            recorder.on_arrival(request)
+            scheduler.add_request(request)
+        num_rejected = sum(1 for request in arrived if request.is_finished)
+        arrivals.on_finished(num_rejected, clock_s)  # a rejected client may send its next one
+        arrived = arrivals.pop_arrived(clock_s) if num_rejected else []
+
+
+def next_event_s(arrivals, scheduler, clock_s) -> float:
+    """The idle engine's next wake-up: an arrival, or STATIC's batching window running out."""
+    events = [t for t in (arrivals.next_arrival_s(), scheduler.next_wakeup_s()) if t is not None]
+    if not events:
+        raise RuntimeError(f"engine stalled at t={clock_s:.3f}s with requests left and nothing "
+                           "to wait for: a scheduler bug")
+    return max(clock_s, min(events))
+
+
+if __name__ == "__main__":
+    knobs = {"modes": MODES, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+             "block_size": BLOCK_SIZE, "max_num_seqs": MAX_NUM_SEQS}
+    sys.exit(cli.main(sys.argv[1:], knobs, simulate))

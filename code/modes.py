@@ -1,0 +1,69 @@
+"""The four modes the lesson compares, as small policy objects.
+
+Each mode knows which scheduler and which KV allocator it runs with; the engine loop only ever
+calls `make_scheduler` and never asks a mode's name.
+
+    NAIVE               a static batch of one: one request at a time     contiguous KV
+    STATIC              padded batches, drained before the next forms    contiguous KV
+    CONTINUOUS          vLLM V1, chunked prefill off                     PagedAttention
+    CONTINUOUS+CHUNKED  vLLM V1, chunked prefill on                      PagedAttention
+"""
+
+from config import EngineConfig
+from kv_cache import ContiguousKVCache, PagedKVCache
+from scheduler import Scheduler
+from static_batching import StaticBatchScheduler
+
+
+class StaticMode:
+    """Batches formed by a size or a timeout and run to the end (NAIVE: size one, no timeout)."""
+
+    def __init__(self, name: str, summary: str, one_at_a_time: bool):
+        self.name = name
+        self.summary = summary
+        self.one_at_a_time = one_at_a_time
+
+    def check(self, config: EngineConfig) -> None:
+        """Nothing beyond EngineConfig.validate: a padded batch ignores the token budget."""
+
+    def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> StaticBatchScheduler:
+        kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
+        if self.one_at_a_time:
+            return StaticBatchScheduler(kv_cache, max_batch_size=1, batching_window_s=0.0,
+                                        max_model_len=config.max_model_len)
+        return StaticBatchScheduler(kv_cache, max_batch_size=config.max_num_seqs,
+                                    batching_window_s=config.batching_window_ms / 1000,
+                                    max_model_len=config.max_model_len)
+
+
+class ContinuousMode:
+    """vLLM V1's iteration-level scheduler; chunked prefill is one flag of it."""
+
+    def __init__(self, name: str, summary: str, enable_chunked_prefill: bool):
+        self.name = name
+        self.summary = summary
+        self.enable_chunked_prefill = enable_chunked_prefill
+
+    def check(self, config: EngineConfig) -> None:
+        if not self.enable_chunked_prefill:
+            config.validate_unchunked_budget()
+
+    def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> Scheduler:
+        return Scheduler(PagedKVCache(num_gpu_blocks, config.block_size),
+                         max_num_seqs=config.max_num_seqs,
+                         max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
+                         max_model_len=config.max_model_len,
+                         enable_chunked_prefill=self.enable_chunked_prefill,
+                         long_prefill_token_threshold=config.long_prefill_token_threshold)
+
+
+MODES = {
+    "naive": StaticMode("NAIVE", "one request at a time: whole prompt, then decode to the end",
+                        one_at_a_time=True),
+    "static": StaticMode("STATIC", "padded batches that run until their longest member is done",
+                         one_at_a_time=False),
+    "continuous": ContinuousMode("CONTINUOUS", "join and leave every step; prompts run whole",
+                                 enable_chunked_prefill=False),
+    "chunked": ContinuousMode("CONTINUOUS+CHUNKED", "join and leave every step; prompts sliced "
+                              "into the token budget beside the decodes", enable_chunked_prefill=True),
+}

@@ -1,0 +1,133 @@
+"""The numbers to remember: GPUs and models as data, each figure with where it comes from.
+
+Only facts live here; what follows from them (parameter counts, weight bytes, KV bytes per
+token, KV capacity, step time) is derived in `gpu_memory.py` and `forward_model.py`, so a learner
+can check every derived figure against `python code/main.py presets`.
+
+Compute peaks are *dense* tensor-core figures. NVIDIA's datasheets print FP8/BF16 "with
+sparsity", which is 2x the dense figure; LLM inference does not use 2:4 sparsity.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+# Bytes per element of each dtype name used below and by --kv-cache-dtype.
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory_gib: float            # total as torch.cuda reports it (the driver keeps a little)
+    memory_bandwidth_gbs: float  # HBM/GDDR bandwidth, GB/s (10^9 bytes per second)
+    bf16_tflops: float           # dense BF16 tensor-core peak, 10^12 FLOP/s
+    fp8_tflops: Optional[float]  # dense FP8 peak; None: no FP8 tensor cores (FP8 weights are
+    #                              upcast and multiplied at the BF16 rate, as vLLM's Marlin does)
+    interconnect_gbs: float      # GPU-to-GPU bandwidth per direction, GB/s (tensor parallelism)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int            # < num_heads: grouped-query attention, a smaller KV cache
+    head_dim: int
+    intermediate_size: int       # FFN width
+    vocab_size: int
+    weight_dtype: str            # "bf16", "fp16" or "fp8" (linear layers; embeddings stay 16-bit)
+    num_mlp_matrices: int = 3    # 3: gated SwiGLU (gate, up, down); 2: plain fc1 -> fc2 (OPT)
+    tied_embeddings: bool = False  # LM head shares the embedding matrix
+    num_position_embeddings: int = 0  # learned absolute positions (OPT); 0 for rotary models
+    attention_bias: bool = False   # q/k/v projections carry biases (Qwen2, OPT)
+
+    @property
+    def num_linear_params(self) -> int:
+        """Weights of the per-layer matmuls (q, k, v, o projections and the MLP), all layers."""
+        q_and_o = 2 * self.hidden_size * self.num_heads * self.head_dim
+        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        mlp = self.num_mlp_matrices * self.hidden_size * self.intermediate_size
+        return self.num_layers * (q_and_o + k_and_v + mlp)
+
+    @property
+    def num_embedding_params(self) -> int:
+        """Token embeddings, plus the LM head when it is a matrix of its own."""
+        matrices = 1 if self.tied_embeddings else 2
+        return matrices * self.vocab_size * self.hidden_size
+
+    @property
+    def num_small_params(self) -> int:
+        """Norm weights, q/k/v biases and learned positions: 16-bit whatever the weight dtype."""
+        norms = (2 * self.num_layers + 1) * self.hidden_size
+        biases = 0
+        if self.attention_bias:
+            biases = self.num_layers * (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        return norms + biases + self.num_position_embeddings * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        return self.num_linear_params + self.num_embedding_params + self.num_small_params
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the checkpoint on the GPU (FP8 per-channel scales, ~0.04%, left out)."""
+        return (self.num_linear_params * DTYPE_BYTES[self.weight_dtype]
+                + (self.num_embedding_params + self.num_small_params) * 2)
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> int:
+        """Keys and values of one token in every layer: layers x 2 x kv_heads x head_dim x bytes.
+
+        kv_dtype "auto" means the model's activation dtype, which is 16-bit even for FP8
+        checkpoints (vLLM's --kv-cache-dtype auto).
+        """
+        element_bytes = 2 if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
+        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * element_bytes
+
+
+# NVIDIA datasheets: "NVIDIA H100 Tensor Core GPU" (SXM5: 3,958 TFLOPS FP8 and 1,979 BF16 with
+# sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s total = 450 GB/s per direction), "NVIDIA H200
+# Tensor Core GPU" (same Hopper compute, 141 GB HBM3e at 4.8 TB/s), "NVIDIA A100 Tensor Core GPU"
+# (312 BF16 dense, 80 GB HBM2e at 2,039 GB/s or 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s total),
+# "NVIDIA L4 Tensor Core GPU" (485 FP8 / 242 BF16 with sparsity, 24 GB GDDR6 at 300 GB/s, PCIe
+# Gen4 x16 = 32 GB/s per direction). memory_gib: totals in torch's out-of-memory messages
+# ("GPU 0 has a total capacity of ... GiB") seen on those cards.
+GPUS = {
+    "h100-sxm5": GpuSpec("NVIDIA H100 SXM5 80GB", memory_gib=79.19, memory_bandwidth_gbs=3350,
+                         bf16_tflops=989.4, fp8_tflops=1978.9, interconnect_gbs=450),
+    "h200": GpuSpec("NVIDIA H200 SXM 141GB", memory_gib=139.80, memory_bandwidth_gbs=4800,
+                    bf16_tflops=989.4, fp8_tflops=1978.9, interconnect_gbs=450),
+    "a100-80gb": GpuSpec("NVIDIA A100 SXM4 80GB", memory_gib=79.15, memory_bandwidth_gbs=2039,
+                         bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=300),
+    "a100-40gb": GpuSpec("NVIDIA A100 SXM4 40GB", memory_gib=39.39, memory_bandwidth_gbs=1555,
+                         bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=300),
+    "l4": GpuSpec("NVIDIA L4 24GB", memory_gib=22.03, memory_bandwidth_gbs=300,
+                  bf16_tflops=121.0, fp8_tflops=242.5, interconnect_gbs=32),
+}
+
+# Models: the `config.json` of each checkpoint on Hugging Face (num_hidden_layers, hidden_size,
+# num_attention_heads, num_key_value_heads, head_dim = hidden/heads, intermediate_size,
+# vocab_size, tie_word_embeddings). The FP8 70B is the same architecture quantized as in
+# RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic: linear layers FP8, embeddings and LM head BF16.
+_LLAMA_3_70B = dict(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, head_dim=128,
+                    intermediate_size=28672, vocab_size=128256)
+MODELS = {
+    "llama-3.3-70b": ModelSpec("meta-llama/Llama-3.3-70B-Instruct", weight_dtype="bf16",
+                               **_LLAMA_3_70B),
+    "llama-3.3-70b-fp8": ModelSpec("Llama-3.3-70B-Instruct FP8", weight_dtype="fp8",
+                                   **_LLAMA_3_70B),
+    "llama-3.1-8b": ModelSpec("meta-llama/Llama-3.1-8B-Instruct", num_layers=32, hidden_size=4096,
+                              num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                              vocab_size=128256, weight_dtype="bf16"),
+    "llama-2-7b": ModelSpec("meta-llama/Llama-2-7b-hf", num_layers=32, hidden_size=4096,
+                            num_heads=32, num_kv_heads=32, head_dim=128, intermediate_size=11008,
+                            vocab_size=32000, weight_dtype="fp16"),
+    "qwen2.5-7b": ModelSpec("Qwen/Qwen2.5-7B-Instruct", num_layers=28, hidden_size=3584,
+                            num_heads=28, num_kv_heads=4, head_dim=128, intermediate_size=18944,
+                            vocab_size=152064, weight_dtype="bf16", attention_bias=True),
+    # The PagedAttention paper's model (Kwon et al., SOSP 2023, arXiv:2309.06180).
+    "opt-13b": ModelSpec("facebook/opt-13b", num_layers=40, hidden_size=5120, num_heads=40,
+                         num_kv_heads=40, head_dim=128, intermediate_size=20480, vocab_size=50272,
+                         weight_dtype="fp16", num_mlp_matrices=2, tied_embeddings=True,
+                         num_position_embeddings=2050, attention_bias=True),
+}

@@ -1,0 +1,110 @@
+"""Reading the result: the comparison table, what to read off it, and the JSON.
+
+Every number printed has its unit in its column header; README's "Reading the table" defines
+each column. The sentences under the table are computed from the same numbers, never typed in.
+"""
+
+import json
+from dataclasses import asdict
+
+# (JSON key, column header, format): the comparison table, left to right.
+COLUMNS = [
+    ("output_throughput", "out tok/s", "{:,.0f}"),
+    ("mean_ttft_ms", "mean TTFT ms", "{:,.0f}"),
+    ("p99_ttft_ms", "P99 TTFT ms", "{:,.0f}"),
+    ("mean_tpot_ms", "mean TPOT ms", "{:,.1f}"),
+    ("p99_itl_ms", "P99 ITL ms", "{:,.1f}"),
+    ("mean_batch_size", "seqs/step", "{:,.1f}"),
+    ("padding_pct", "padding %", "{:.1f}"),
+    ("kv_waste_pct", "KV waste %", "{:.1f}"),
+    ("num_preemptions", "preempted", "{:,d}"),
+]
+
+
+def header_lines(config, plan, model_name, gpu_name, workload) -> list[str]:
+    tp = f" x{config.tensor_parallel_size} (TP)" if config.tensor_parallel_size > 1 else ""
+    return [
+        f"servesim: {model_name} on {gpu_name}{tp}, {config.forward_model} clock",
+        f"KV cache: {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks:,} blocks of "
+        f"{plan.block_size}), max_model_len {config.max_model_len}, "
+        f"max_num_seqs {config.max_num_seqs}",
+        f"workload: {workload.description}",
+    ]
+
+
+def comparison_table(rows: list[tuple[str, dict]]) -> list[str]:
+    """One aligned row per mode: (mode name, metrics)."""
+    width = max(len("mode"), *(len(name) for name, _ in rows))
+    cells = [[fmt.format(metrics[key]) for key, _, fmt in COLUMNS] for _, metrics in rows]
+    widths = [max(len(title), *(len(row[i]) for row in cells))
+              for i, (_, title, _) in enumerate(COLUMNS)]
+    lines = ["  ".join(["mode".ljust(width)] + [t.rjust(w) for (_, t, _), w in zip(COLUMNS, widths)])]
+    for (name, _), row in zip(rows, cells):
+        lines.append("  ".join([name.ljust(width)] + [c.rjust(w) for c, w in zip(row, widths)]))
+    return lines
+
+
+def takeaways(results: dict[str, dict]) -> list[str]:
+    """What the learner should read off the table, computed from it (modes may be missing)."""
+    lines = []
+    naive, static = results.get("NAIVE"), results.get("STATIC")
+    continuous, chunked = results.get("CONTINUOUS"), results.get("CONTINUOUS+CHUNKED")
+    best = continuous or chunked
+    best_name = "CONTINUOUS" if continuous else "CONTINUOUS+CHUNKED"
+    if best and static:
+        lines.append(
+            f"- {best_name} serves {_ratio(best, static, 'output_throughput')} STATIC's output "
+            f"tokens/s: STATIC spent {static['padding_pct']:.0f}% of its computed tokens on "
+            f"padding and its contiguous KV reservations were {static['kv_waste_pct']:.0f}% "
+            f"empty; paged blocks wasted {best['kv_waste_pct']:.1f}%.")
+    if naive and (best or static):
+        other, other_name = (best, best_name) if best else (static, "STATIC")
+        lines.append(
+            f"- NAIVE runs one sequence per step, so every step reads all the weights for one "
+            f"token; {other_name} shares each read among {other['mean_batch_size']:.0f} sequences "
+            f"on average ({_ratio(other, naive, 'output_throughput')} NAIVE's output tokens/s).")
+    if continuous and chunked:
+        lines.append(
+            f"- Chunked prefill cut P99 ITL from {continuous['p99_itl_ms']:,.0f} ms to "
+            f"{chunked['p99_itl_ms']:,.0f} ms: a whole long prompt stalls every running decode for "
+            f"one long step, a chunk only for a short one. Throughput: "
+            f"{100 * _share(chunked, continuous, 'output_throughput'):.0f}% of CONTINUOUS's.")
+    if best and static:
+        lines.append(
+            f"- Mean TTFT {static['mean_ttft_ms']:,.0f} ms (STATIC) vs {best['mean_ttft_ms']:,.0f} ms "
+            f"({best_name}): a request that arrives while a static batch runs waits for it to "
+            f"drain; continuous batching admits it at the next step.")
+    return lines
+
+
+def _share(a: dict, b: dict, key: str) -> float:
+    return a[key] / b[key] if b[key] else float("inf")
+
+
+def _ratio(a: dict, b: dict, key: str) -> str:
+    return f"{_share(a, b, key):.1f}x"
+
+
+def rejection_lines(recorders) -> list[str]:
+    """Requests that could never run, per mode: how many, and the first one's reason."""
+    lines = []
+    for name, recorder in recorders:
+        rejected = recorder.rejections()
+        if rejected:
+            first = rejected[0]
+            lines.append(f"{name}: {len(rejected)} request(s) rejected, e.g. request "
+                         f"{first.request_id}: {first.reject_reason}")
+    return lines
+
+
+def to_json(config, plan, workload, results: list[tuple[str, dict]], recorders) -> str:
+    """DESIGN.md's JSON contract: config, workload, one result per mode (plus rejections)."""
+    config_json = asdict(config)
+    config_json.update(num_gpu_blocks=plan.num_gpu_blocks, kv_cache_tokens=plan.kv_cache_tokens)
+    entries = []
+    for (name, metrics), (_, recorder) in zip(results, recorders):
+        rejections = [{"id": r.request_id, "reason": r.reject_reason}
+                      for r in recorder.rejections()]
+        entries.append({"mode": name, **metrics, "rejections": rejections})
+    document = {"config": config_json, "workload": workload.params, "results": entries}
+    return json.dumps(document, indent=2)

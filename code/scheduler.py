@@ -1,0 +1,162 @@
+"""Continuous batching and chunked prefill: vLLM V1's scheduler, small in size, same in behaviour.
+
+The one invariant: every request's computed tokens chase its tokens (prompt + outputs so far),
+under a per-step token budget. There is no prefill phase and no decode phase; a decode is a
+request that is one token behind, a prefill chunk is `min(tokens behind, budget left)`.
+
+Each step (`schedule`) decides, in this order:
+
+1. RUNNING first, in admission order, while budget is left. Each gets what it is behind by (1
+   for a decode), capped by `long_prefill_token_threshold` and by the budget. It takes KV blocks
+   for the new tokens; if the pool is empty the scheduler preempts the most recently admitted
+   running request (frees its blocks, sends it to the front of WAITING to be recomputed) and
+   tries again. If the request had to preempt itself, nobody after it runs this step.
+2. Then WAITING, first come first served, only if nobody was preempted this step, while budget
+   is left and fewer than `max_num_seqs` run. Admission needs free blocks for the request's whole
+   current sequence, though it takes only what this step computes. With chunked prefill off a
+   prompt that does not fit the budget waits, and so does everybody behind it (head-of-line).
+
+`update_from_output` then applies the step: computed tokens advance; a request that caught up
+samples one output token; one that reached its output length (or `max_model_len`) finishes and
+returns its blocks in that same step.
+
+Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
+place. Left out of vLLM: prefix caching, speculative decoding, priorities, async scheduling,
+encoder inputs, LoRA, and the extra null block vLLM keeps in its pool.
+"""
+
+from collections import deque
+
+from batch import SchedulerOutput, StepResult
+from kv_cache import PagedKVCache
+from request import Request
+
+
+class Scheduler:
+    def __init__(self, kv_cache: PagedKVCache, *, max_num_seqs: int, max_num_batched_tokens: int,
+                 max_model_len: int, enable_chunked_prefill: bool,
+                 long_prefill_token_threshold: int = 0):
+        self.kv_cache = kv_cache
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    # -- requests in and out ------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        """Queue an arrival, or reject it on the spot if it can never run."""
+        if request.prompt_len >= self.max_model_len:
+            request.reject(f"prompt of {request.prompt_len} tokens leaves no room for output "
+                           f"under max_model_len {self.max_model_len}")
+            return
+        self.waiting.append(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def next_wakeup_s(self) -> None:
+        """Continuous batching never waits on a timer: an idle engine waits for an arrival."""
+        return None
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.kv_cache.num_free_blocks
+
+    # -- one step -----------------------------------------------------------------------------
+
+    def schedule(self, now_s: float) -> SchedulerOutput:
+        output = SchedulerOutput()
+        token_budget = self._schedule_running(output, self.max_num_batched_tokens)
+        if not output.preempted:
+            self._schedule_waiting(output, token_budget)
+        return output
+
+    def _schedule_running(self, output: SchedulerOutput, token_budget: int) -> int:
+        index = 0
+        while index < len(self.running) and token_budget > 0:
+            request = self.running[index]
+            num_new_tokens = self._num_new_tokens(request, token_budget)
+            if num_new_tokens == 0:
+                index += 1
+                continue
+            if not self._allocate_or_preempt(request, num_new_tokens, output):
+                break  # it preempted itself: the pool cannot hold even the oldest requests
+            output.add(request, num_new_tokens, request.num_computed_tokens)
+            token_budget -= num_new_tokens
+            index += 1
+        return token_budget
+
+    def _allocate_or_preempt(self, request: Request, num_new_tokens: int,
+                             output: SchedulerOutput) -> bool:
+        """Take blocks for the new tokens, preempting from the back of RUNNING until they fit."""
+        while not self.kv_cache.allocate_slots(request.request_id, request.num_computed_tokens,
+                                               num_new_tokens):
+            victim = self.running.pop()  # the most recently admitted
+            self._preempt(victim)
+            output.preempted.append(victim)
+            if victim is request:
+                return False
+        return True
+
+    def _preempt(self, request: Request) -> None:
+        self.kv_cache.free(request.request_id)
+        request.preempt()
+        self.waiting.appendleft(request)
+
+    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> None:
+        while self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0]
+            num_new_tokens = self._cap_long_prefill(request.num_tokens_to_compute)
+            if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+                break  # a whole prompt must fit in one step; everybody behind it waits too
+            num_new_tokens = min(num_new_tokens, token_budget)
+            if not self.kv_cache.can_fit(request.request_id, request.num_tokens):
+                break  # no room for its whole sequence yet; FCFS: nobody overtakes it
+            self.kv_cache.allocate_slots(request.request_id, 0, num_new_tokens)
+            self.waiting.popleft()
+            request.admit()
+            self.running.append(request)
+            output.add(request, num_new_tokens, 0)
+            token_budget -= num_new_tokens
+
+    def _num_new_tokens(self, request: Request, token_budget: int) -> int:
+        num_new_tokens = min(self._cap_long_prefill(request.num_tokens_to_compute), token_budget)
+        # The last position the model may compute is max_model_len - 1.
+        return min(num_new_tokens, self.max_model_len - 1 - request.num_computed_tokens)
+
+    def _cap_long_prefill(self, num_new_tokens: int) -> int:
+        threshold = self.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            return threshold
+        return num_new_tokens
+
+    # -- after the forward pass -------------------------------------------------------------
+
+    def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
+        result = StepResult()
+        for scheduled in output.scheduled:
+            request = scheduled.request
+            request.num_computed_tokens += scheduled.num_new_tokens
+            if request.num_computed_tokens < request.num_tokens:
+                continue  # a prompt chunk: the model samples nothing until the prompt is done
+            itl_s = request.append_output_token(now_s)
+            if itl_s is None:
+                result.num_first_tokens += 1
+            else:
+                result.itls_s.append(itl_s)
+            if self._is_done(request):
+                request.finish()
+                self.kv_cache.free(request.request_id)
+                result.finished.append(request)
+        if result.finished:
+            self.running = [r for r in self.running if not r.is_finished]
+        return result
+
+    def _is_done(self, request: Request) -> bool:
+        """Its output length is reached, or the sequence hit max_model_len (output capped)."""
+        return (request.num_output_tokens >= request.max_tokens
+                or request.num_tokens >= self.max_model_len)

@@ -1,0 +1,48 @@
+"""`--step-log FILE`: one JSON line per engine step, to replay what the scheduler decided.
+
+    {"mode": "CONTINUOUS+CHUNKED", "step": 0, "time_s": 0.0, "step_ms": 41.9,
+     "scheduled": {"0": 512}, "preempted": [], "finished": [], "num_free_blocks": 11376}
+
+`time_s` is the virtual clock when the step began; `scheduled` lists request ids with the tokens
+each computed, in the scheduler's order (running first, then newly admitted); `num_free_blocks`
+is counted after the step (null for the contiguous allocator of NAIVE and STATIC, which has no
+blocks). The file appears only when the whole run succeeded: it is written beside the target
+and renamed at the end, so a failed run leaves nothing half-written.
+"""
+
+import json
+import os
+import tempfile
+
+from batch import EngineStep
+
+
+class StepLog:
+    def __init__(self, path: str):
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        descriptor, self._partial_path = tempfile.mkstemp(dir=directory, suffix=".partial")
+        self._file = os.fdopen(descriptor, "w", encoding="utf-8")
+
+    def observer(self, mode_name: str):
+        def write(step: EngineStep) -> None:
+            line = {
+                "mode": mode_name,
+                "step": step.index,
+                "time_s": step.start_s,
+                "step_ms": step.step_s * 1000,
+                "scheduled": {s.request.request_id: s.num_new_tokens for s in step.batch.scheduled},
+                "preempted": [r.request_id for r in step.batch.preempted],
+                "finished": [r.request_id for r in step.result.finished],
+                "num_free_blocks": step.num_free_blocks,
+            }
+            self._file.write(json.dumps(line) + "\n")
+        return write
+
+    def commit(self) -> None:
+        self._file.close()
+        os.replace(self._partial_path, self.path)
+
+    def discard(self) -> None:
+        self._file.close()
+        os.unlink(self._partial_path)
