@@ -113,9 +113,10 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_output_flags(parser: argparse.ArgumentParser, knobs: dict) -> None:
     group = parser.add_argument_group("output")
-    group.add_argument("--mode", default=",".join(knobs["modes"]),
+    group.add_argument("--mode", default=None,
                        help="comma list of naive, static, continuous, chunked, or all "
                             f"(default {','.join(knobs['modes'])})")
+    parser.set_defaults(knob_modes=knobs["modes"])
     group.add_argument("--format", choices=["table", "json"], default="table")
     group.add_argument("--step-log", default=None, metavar="FILE",
                        help="write one JSON line per engine step to FILE")
@@ -130,26 +131,28 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
 
 
 def modes_from_args(args: argparse.Namespace) -> list:
-    names = [n.strip().lower() for n in args.mode.split(",") if n.strip()]
+    explicit = args.mode is not None
+    text = args.mode if explicit else ",".join(args.knob_modes)
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if names == ["all"]:
         names = list(MODES)
     unknown = [n for n in names if n not in MODES]
     if unknown or not names:
-        raise ConfigError(f"unknown --mode {','.join(unknown) or args.mode!r}; "
+        raise ConfigError(f"unknown --mode {','.join(unknown) or text!r}; "
                           f"choose from {', '.join(MODES)} or all")
     if args.enable_chunked_prefill is not None:
-        names = _apply_chunked_prefill_flag(names, args.enable_chunked_prefill)
+        names = _apply_chunked_prefill_flag(names, args.enable_chunked_prefill, explicit)
     return [MODES[n] for n in dict.fromkeys(names)]
 
 
-def _apply_chunked_prefill_flag(names: list[str], enabled: bool) -> list[str]:
+def _apply_chunked_prefill_flag(names: list[str], enabled: bool, explicit: bool) -> list[str]:
     """--[no-]enable-chunked-prefill picks which continuous mode runs, as in `vllm serve`."""
     wanted, unwanted = ("chunked", "continuous") if enabled else ("continuous", "chunked")
-    if wanted not in names and unwanted not in names:
-        raise ConfigError("--[no-]enable-chunked-prefill needs a continuous mode in --mode")
     flag = "--enable-chunked-prefill" if enabled else "--no-enable-chunked-prefill"
-    if unwanted in names and wanted in names and len(names) == 2:
-        raise ConfigError(f"{flag} contradicts --mode {','.join(names)}")
+    if explicit and unwanted in names:
+        raise ConfigError(f"{flag} contradicts --mode {','.join(names)}; drop one of them")
+    if wanted not in names and unwanted not in names:
+        raise ConfigError(f"{flag} needs continuous or chunked in --mode")
     return [wanted if n == unwanted else n for n in names]
 
 
@@ -201,7 +204,7 @@ def run_compare(args: argparse.Namespace, simulate) -> int:
     lines = report.header_lines(config, plan, model.name, gpu.name, workload)
     lines += [""] + report.comparison_table(results)
     lines += report.rejection_lines(recorders)
-    lines += [""] + report.takeaways(dict(results))
+    lines += [""] + report.takeaways(dict(results), config.forward_model)
     print("\n".join(lines))
     return 0
 

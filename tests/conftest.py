@@ -1,14 +1,46 @@
-"""Shared factories for servesim's tests: small requests, small caches, a run of the engine."""
+"""Shared factories for servesim's tests: small requests, small schedulers, a stepping driver."""
 
-import pytest
-
+from kv_cache import PagedKVCache
 from request import Request
+from scheduler import Scheduler
 
 
-def make_request(request_id="0", arrival_s=0.0, prompt_len=32, max_tokens=4) -> Request:
+def make_request(request_id, prompt_len, max_tokens=100, arrival_s=0.0) -> Request:
     return Request(str(request_id), arrival_s, prompt_len, max_tokens)
 
 
-@pytest.fixture
-def request_factory():
-    return make_request
+def make_scheduler(num_blocks=1000, block_size=16, budget=100, chunked=True, max_num_seqs=256,
+                   max_model_len=1000, threshold=0) -> Scheduler:
+    return Scheduler(PagedKVCache(num_blocks, block_size), max_num_seqs=max_num_seqs,
+                     max_num_batched_tokens=budget, max_model_len=max_model_len,
+                     enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold)
+
+
+def step(scheduler, now_s=0.0):
+    """One schedule + update; returns ({id: tokens}, [preempted ids], free blocks after)."""
+    output = scheduler.schedule(now_s)
+    scheduler.update_from_output(output, now_s)
+    scheduled = {s.request.request_id: s.num_new_tokens for s in output.scheduled}
+    preempted = [r.request_id for r in output.preempted]
+    return scheduled, preempted, scheduler.num_free_blocks
+
+
+def run_steps(scheduler, num_steps, arrivals=None):
+    """Step `num_steps` times; `arrivals` maps a step number (1-based) to requests added before it."""
+    rows = []
+    for number in range(1, num_steps + 1):
+        for request in (arrivals or {}).get(number, []):
+            scheduler.add_request(request)
+        rows.append(step(scheduler))
+    return rows
+
+
+def make_workload(rows, max_concurrency=None):
+    """A workload of (arrival_s, prompt_len, output_len) rows, ids "0", "1", ..."""
+    from workload import Workload
+
+    def make_requests():
+        return iter([Request(str(i), a, p, o) for i, (a, p, o) in enumerate(rows)])
+
+    return Workload("test", f"{len(rows)} test requests", {"name": "test"}, make_requests,
+                    max_concurrency)

@@ -1,0 +1,90 @@
+"""The command line as a user meets it: determinism, JSON fields, bad input, the step log."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--num-prompts", "12"]
+
+
+def servesim(*args, cwd=None):
+    return subprocess.run([sys.executable, str(ROOT / "code" / "main.py"), *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_same_seed_same_bytes_and_another_seed_another_workload():
+    first, second = servesim(*SMALL, "--seed", "3"), servesim(*SMALL, "--seed", "3")
+    assert first.returncode == 0 and first.stdout == second.stdout
+    assert servesim(*SMALL, "--seed", "4").stdout != first.stdout
+
+
+def test_json_has_the_design_contract_fields():
+    result = servesim(*SMALL, "--format", "json", "--mode", "static,chunked")
+    document = json.loads(result.stdout)
+    assert {"num_gpu_blocks", "kv_cache_tokens", "model", "gpu"} <= set(document["config"])
+    assert document["workload"]["num_prompts"] == 12
+    assert [r["mode"] for r in document["results"]] == ["STATIC", "CONTINUOUS+CHUNKED"]
+    contract = ("completed rejected duration total_input_tokens total_output_tokens "
+                "request_throughput output_throughput total_token_throughput "
+                "mean_ttft_ms median_ttft_ms p99_ttft_ms mean_tpot_ms median_tpot_ms p99_tpot_ms "
+                "mean_itl_ms median_itl_ms p99_itl_ms mean_e2el_ms median_e2el_ms p99_e2el_ms "
+                "num_preemptions num_steps kv_waste_pct peak_kv_usage_pct").split()
+    for result_entry in document["results"]:
+        assert set(contract) <= set(result_entry)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--block-size", "0"], "--block-size must be a positive integer"),
+    (["--block-size", "x"], "invalid int value"),
+    (["--mode", "turbo"], "unknown --mode"),
+    (["--mode", "continuous", "--max-num-batched-tokens", "512"], "below --max-model-len"),
+    (["--mode", "chunked", "--no-enable-chunked-prefill"], "contradicts --mode"),
+    (["--gpu", "h100-sxm5"], "lower --max-model-len"),
+    (["--gpu", "l4"], "try --tensor-parallel-size"),
+    (["--num-gpu-blocks-override", "10"], "less than one --max-model-len"),
+    (["--request-rate", "0"], "--request-rate must be > 0"),
+    (["--trace", "no-such-file.csv"], "cannot read trace"),
+])
+def test_bad_input_gets_one_line_and_exit_status_2(args, says):
+    result = servesim(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def write_trace(path, rows):
+    path.write_text("id,arrival_s,prompt_len,output_len\n"
+                    + "".join(f"{r}\n" for r in rows), encoding="utf-8")
+
+
+def test_step_log_has_one_line_per_step_with_the_scheduled_tokens_in_order(tmp_path):
+    trace = tmp_path / "t.csv"
+    write_trace(trace, ["a,0.0,700,2", "b,0.0,100,3"])
+    log = tmp_path / "steps.jsonl"
+    result = servesim("--trace", str(trace), "--mode", "chunked", "--step-log", str(log))
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    # budget 512: a gets 512 of 700; next step a's last 188 with b's whole 100; then decodes.
+    assert [line["scheduled"] for line in lines] == [
+        {"a": 512}, {"a": 188, "b": 100}, {"a": 1, "b": 1}, {"b": 1}]
+    assert [line["finished"] for line in lines] == [[], [], ["a"], ["b"]]
+    assert lines[0]["time_s"] == 0.0 and lines[1]["time_s"] == lines[0]["step_ms"] / 1000
+    assert lines[-1]["num_free_blocks"] == json.loads(servesim(
+        "--trace", str(trace), "--format", "json").stdout)["config"]["num_gpu_blocks"]
+
+
+def test_a_bad_trace_line_found_mid_run_leaves_no_step_log_behind(tmp_path):
+    trace = tmp_path / "t.csv"
+    write_trace(trace, ["a,0.0,100,2", "b,5.0,100,2", "c,4.0,100,2"])
+    log = tmp_path / "steps.jsonl"
+    result = servesim("--trace", str(trace), "--step-log", str(log))
+    assert result.returncode == 2
+    assert "t.csv:4: arrival_s 4.0 goes backwards" in result.stderr
+    assert os.listdir(tmp_path) == ["t.csv"]

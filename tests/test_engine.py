@@ -1,0 +1,72 @@
+"""The engine loop: the virtual clock, queueing, rejection, and the step observers."""
+
+import pytest
+
+from config import ConfigError, EngineConfig
+from conftest import make_workload
+from forward_model import RooflineClock
+from gpu_memory import plan_memory
+from main import simulate
+from modes import MODES
+
+
+def run(rows, mode="continuous", config=None, observers=()):
+    config = config or EngineConfig()
+    plan = plan_memory(config)
+    return simulate(make_workload(rows), MODES[mode], config, plan.num_gpu_blocks,
+                    RooflineClock(config), observers)
+
+
+def prefill_s(clock, prompt_len):
+    return clock.price(prompt_len, 1, prompt_len * (prompt_len + 1) // 2, 0)
+
+
+def decode_s(clock, context):
+    return clock.price(1, 1, context + 1, context)
+
+
+def test_ttft_of_a_lone_request_is_its_prefill_step():
+    clock = RooflineClock(EngineConfig())
+    recorder = run([(2.5, 1000, 3)])
+    request = recorder.requests[0]
+    assert request.first_token_s - request.arrival_s == pytest.approx(prefill_s(clock, 1000), rel=1e-12)
+
+
+def test_ttft_includes_queueing_behind_the_request_ahead():
+    # NAIVE: B waits while A prefills and decodes its 2 remaining tokens, then B prefills.
+    clock = RooflineClock(EngineConfig())
+    recorder = run([(0.0, 100, 3), (0.0, 200, 2)], mode="naive")
+    a_done = prefill_s(clock, 100) + decode_s(clock, 100) + decode_s(clock, 101)
+    b = recorder.requests[1]
+    assert b.first_token_s - b.arrival_s == pytest.approx(a_done + prefill_s(clock, 200), rel=1e-12)
+
+
+def test_a_prompt_that_can_never_fit_is_rejected_and_counted_not_dropped():
+    for mode in MODES:
+        recorder = run([(0.0, 100, 5), (0.1, 8192, 5), (0.2, 100, 5)], mode=mode)
+        summary = recorder.summary()
+        assert (summary["completed"], summary["rejected"]) == (2, 1), mode
+        assert "8192" in recorder.rejections()[0].reject_reason
+
+
+def test_a_pool_smaller_than_one_max_model_len_sequence_is_refused_at_start_up():
+    with pytest.raises(ConfigError, match="lower --max-model-len"):
+        plan_memory(EngineConfig(num_gpu_blocks_override=100, max_model_len=8192))
+
+
+def test_a_pool_of_exactly_one_sequence_still_serves_everyone():
+    # 512 blocks x 16 = 8,192 tokens = one max_model_len sequence: constant preemption, no stall.
+    config = EngineConfig(num_gpu_blocks_override=512)
+    rows = [(0.0, 3000, 2000), (0.0, 3000, 2000), (0.0, 3000, 2000)]
+    summary = run(rows, mode="chunked", config=config).summary()
+    assert summary["completed"] == 3 and summary["num_preemptions"] > 0
+
+
+def test_observers_see_every_step_in_order_with_free_blocks_after_it():
+    steps = []
+    recorder = run([(0.0, 40, 3), (0.0, 20, 2)], observers=[steps.append])
+    assert [s.index for s in steps] == list(range(recorder.num_steps))
+    assert steps[0].start_s == 0.0
+    assert all(later.start_s == pytest.approx(earlier.start_s + earlier.step_s)
+               for earlier, later in zip(steps, steps[1:]))
+    assert steps[-1].num_free_blocks == plan_memory(EngineConfig()).num_gpu_blocks

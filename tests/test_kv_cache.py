@@ -1,0 +1,54 @@
+"""PagedAttention's block pool and block tables, and the contiguous allocator it replaced."""
+
+from kv_cache import ContiguousKVCache, PagedKVCache, num_blocks_for
+
+
+def test_a_block_is_taken_only_when_tokens_cross_a_block_boundary():
+    kv = PagedKVCache(num_blocks=10, block_size=16)
+    assert kv.allocate_slots("r", num_computed=0, num_new_tokens=16)
+    assert len(kv.block_tables["r"]) == 1          # 16 tokens: exactly one block
+    assert kv.allocate_slots("r", num_computed=16, num_new_tokens=1)
+    assert len(kv.block_tables["r"]) == 2          # the 17th token crosses into a second
+    for computed in range(17, 32):
+        assert kv.allocate_slots("r", num_computed=computed, num_new_tokens=1)
+    assert len(kv.block_tables["r"]) == 2          # ...which holds tokens 17..32
+    assert kv.num_free_blocks == 8
+
+
+def test_block_table_maps_logical_blocks_to_distinct_physical_ids():
+    kv = PagedKVCache(num_blocks=6, block_size=4)
+    kv.allocate_slots("a", 0, 8)
+    kv.allocate_slots("b", 0, 4)
+    kv.allocate_slots("a", 8, 4)
+    ids = kv.block_tables["a"] + kv.block_tables["b"]
+    assert len(kv.block_tables["a"]) == 3 and len(set(ids)) == 4
+
+
+def test_finishing_returns_every_block_and_the_used_slots():
+    kv = PagedKVCache(num_blocks=4, block_size=4)
+    kv.allocate_slots("a", 0, 6)
+    assert (kv.num_reserved_slots, kv.num_used_slots) == (8, 6)  # 2 empty slots in block 2
+    kv.free("a")
+    assert (kv.num_free_blocks, kv.num_reserved_slots, kv.num_used_slots) == (4, 0, 0)
+
+
+def test_allocation_that_does_not_fit_takes_nothing():
+    kv = PagedKVCache(num_blocks=2, block_size=4)
+    assert not kv.allocate_slots("a", 0, 9)  # needs 3 blocks
+    assert kv.num_free_blocks == 2 and "a" not in kv.block_tables
+
+
+def test_contiguous_reservation_wastes_what_the_request_does_not_use():
+    # The lesson's example: reserve 8,192 slots, use 1,500 -> about 82% of the reservation wasted.
+    kv = ContiguousKVCache(num_total_slots=3 * 8192, max_model_len=8192)
+    assert kv.max_num_reservations == 3
+    kv.reserve("a")
+    kv.fill("a", 1500)
+    waste = (kv.num_reserved_slots - kv.num_used_slots) / kv.num_reserved_slots
+    assert round(100 * waste) == 82
+    kv.free("a")
+    assert kv.num_free_reservations == 3
+
+
+def test_num_blocks_for_rounds_up():
+    assert [num_blocks_for(n, 16) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]

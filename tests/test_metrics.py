@@ -1,0 +1,62 @@
+"""Percentiles and latency metrics, against values computed by hand."""
+
+from collections import Counter
+
+from metrics import RunRecorder, percentile, weighted_percentile
+from batch import SchedulerOutput, StepResult
+from conftest import make_request
+from request import RequestStatus
+
+
+def test_percentiles_interpolate_linearly_like_numpy():
+    values = [1.0, 2.0, 3.0, 4.0]
+    assert percentile(values, 50) == 2.5          # rank 1.5: halfway between 2 and 3
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 100) == 4.0
+    assert abs(percentile(values, 99) - 3.97) < 1e-12  # rank 2.97
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([], 99) == 0.0
+
+
+def test_counted_values_give_the_same_percentiles_as_the_expanded_list():
+    counts = Counter({0.010: 97, 0.050: 2, 0.900: 1})
+    expanded = [v for v, c in counts.items() for _ in range(c)]
+    for p in (1, 50, 90, 98, 99, 99.5, 100):
+        assert weighted_percentile(counts, p) == percentile(expanded, p)
+    # P99 of 100 items: rank 98.01 -> between the 99th (0.05) and 100th (0.9) values.
+    assert abs(weighted_percentile(counts, 99) - (0.05 + 0.85 * 0.01)) < 1e-12
+
+
+def finished(request_id, arrival_s, token_times):
+    request = make_request(request_id, prompt_len=10, max_tokens=len(token_times),
+                           arrival_s=arrival_s)
+    request.status = RequestStatus.FINISHED
+    for t in token_times:
+        request.append_output_token(t)
+    return request
+
+
+def test_ttft_tpot_e2el_and_throughput_follow_vllm_bench_definitions():
+    recorder = RunRecorder(num_total_kv_slots=100)
+    recorder.on_arrival(finished("a", 0.0, [0.5, 0.6, 0.8]))   # TTFT 0.5, TPOT 0.15, E2EL 0.8
+    recorder.on_arrival(finished("b", 1.0, [2.0]))             # TTFT 1.0, no TPOT, E2EL 1.0
+    recorder.itl_counts.update([0.1, 0.2])
+    summary = recorder.summary()
+    assert summary["completed"] == 2
+    assert summary["duration"] == 2.0               # first arrival 0.0 to last token 2.0
+    assert summary["total_output_tokens"] == 4
+    assert summary["output_throughput"] == 2.0       # 4 tokens / 2 s
+    assert summary["mean_ttft_ms"] == 750.0
+    assert abs(summary["mean_tpot_ms"] - 150.0) < 1e-9
+    assert abs(summary["mean_itl_ms"] - 150.0) < 1e-9
+    assert summary["mean_e2el_ms"] == 900.0
+
+
+def test_kv_waste_is_time_weighted_over_steps():
+    recorder = RunRecorder(num_total_kv_slots=100)
+    batch = SchedulerOutput()
+    recorder.on_step(1.0, batch, StepResult(), reserved_slots=80, used_slots=20)  # 75% empty
+    recorder.on_step(3.0, batch, StepResult(), reserved_slots=40, used_slots=40)  # full
+    summary = recorder.summary()
+    assert summary["kv_waste_pct"] == 100 * 60 / (80 + 120)  # 60 empty slot-s of 200 reserved
+    assert summary["peak_kv_usage_pct"] == 80.0
