@@ -46,6 +46,10 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
     add_workload_flags(compare)
     add_output_flags(compare, knobs)
     compare.set_defaults(command=run_compare)
+    presets = commands.add_parser("presets", help="list the GPU and model presets",
+                                  description="Every GPU and model preset with derived figures: "
+                                              "parameters, weight GiB, KV bytes per token.")
+    presets.set_defaults(command=run_presets)
     return parser
 
 
@@ -206,6 +210,11 @@ def run_compare(args: argparse.Namespace, simulate) -> int:
     lines += report.rejection_lines(recorders)
     lines += [""] + report.takeaways(dict(results), config.forward_model)
     print("\n".join(lines))
+    return 0
+
+
+def run_presets(args: argparse.Namespace, simulate) -> int:
+    print("\n".join(report.presets_tables()))
     return 0
 
 
