@@ -17,7 +17,7 @@ from gpu_memory import lookup, plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
 from step_log import StepLog
-from workload import WorkloadError, csv_trace_workload, mixed_workload
+from workload import MixedTraffic, WorkloadError, csv_trace_workload, mixed_workload
 
 DEFAULTS = EngineConfig()
 
@@ -103,9 +103,11 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: dict) -> None:
 def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("workload (vllm bench serve's flag names)")
     group.add_argument("--num-prompts", type=int, default=None, metavar="N",
-                       help="requests to send (default 100; a trace: all its rows)")
-    group.add_argument("--request-rate", type=float, default=4.0, metavar="PER_S",
-                       help="mean arrivals per second; inf sends all at once (default 4)")
+                       help=f"requests to send (default {MixedTraffic.num_prompts}; "
+                            "a trace: all its rows)")
+    group.add_argument("--request-rate", type=float, default=MixedTraffic.request_rate,
+                       metavar="PER_S", help="mean arrivals per second; inf sends all at once "
+                                             f"(default {MixedTraffic.request_rate:g})")
     group.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
                        help="gamma shape of the gaps: 1 = Poisson, lower = burstier")
     group.add_argument("--max-concurrency", type=int, default=None, metavar="N",
@@ -172,7 +174,7 @@ def workload_from_args(args: argparse.Namespace):
         raise WorkloadError(f"--request-rate must be > 0 (or inf), got {args.request_rate}")
     if not (args.burstiness > 0 and math.isfinite(args.burstiness)):
         raise WorkloadError(f"--burstiness must be a positive number, got {args.burstiness}")
-    num_prompts = 100 if args.num_prompts is None else args.num_prompts
+    num_prompts = MixedTraffic.num_prompts if args.num_prompts is None else args.num_prompts
     return mixed_workload(num_prompts, args.request_rate, args.burstiness, args.seed,
                           args.max_concurrency)
 

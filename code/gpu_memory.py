@@ -6,7 +6,7 @@
       = KV cache memory  ->  // (block_size x KV bytes per token)  ->  num_gpu_blocks
 
 The activation reserve is servesim's model of what vLLM measures by profiling. vLLM runs a dummy
-forward pass of `max_num_batched_tokens` tokens and records the peak; the largest tensors of that
+forward pass of `max_num_batched_tokens` tokens (see `profile_num_tokens`) and records the peak; the largest tensors of that
 pass are the MLP's gate/up output and its activation (3 x intermediate_size values per token, 16-bit)
 and the sampler's FP32 logits (max_num_seqs x vocab). Memory outside torch's allocator (CUDA
 context, cuBLAS and NCCL workspaces, CUDA-graph pools) is charged as a flat 1 GiB. With these,
@@ -55,10 +55,20 @@ def lookup(config: EngineConfig) -> tuple[ModelSpec, GpuSpec]:
     return MODELS[config.model], GPUS[config.gpu]
 
 
-def activation_reserve_bytes(model: ModelSpec, config: EngineConfig) -> int:
+def profile_num_tokens(config: EngineConfig, gpu: GpuSpec) -> int:
+    """Tokens in vLLM's profiling pass: its step budget, at least `vllm serve`'s default.
+
+    That default is 8192 on GPUs with >= 70 GiB (A100 excepted) and 2048 on others
+    (vllm/engine/arg_utils.py). servesim sizes one pool for every mode it compares, so it takes
+    the larger budget: with chunked prefill off the budget is at least max_model_len.
+    """
+    serve_default = 8192 if gpu.memory_gib >= 70 and "A100" not in gpu.name else 2048
+    return max(serve_default, config.max_num_batched_tokens or 0, config.max_model_len)
+
+
+def activation_reserve_bytes(model: ModelSpec, gpu: GpuSpec, config: EngineConfig) -> int:
     """Peak activations of vLLM's profiling pass, per GPU, plus memory outside torch."""
-    profile_tokens = max(config.token_budget(enable_chunked_prefill=False),
-                         config.max_num_batched_tokens or 0)
+    profile_tokens = profile_num_tokens(config, gpu)
     mlp = profile_tokens * 3 * model.intermediate_size * 2 // config.tensor_parallel_size
     logits = config.max_num_seqs * model.vocab_size * LOGITS_BYTES
     return mlp + logits + NON_TORCH_MEMORY_BYTES
@@ -70,7 +80,7 @@ def plan_memory(config: EngineConfig) -> MemoryPlan:
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
     weights = model.weight_bytes // tp
-    reserve = activation_reserve_bytes(model, config)
+    reserve = activation_reserve_bytes(model, gpu, config)
     kv_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) // tp
     block_bytes = kv_per_token * config.block_size
     if config.num_gpu_blocks_override is not None:

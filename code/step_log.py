@@ -1,9 +1,9 @@
 """`--step-log FILE`: one JSON line per engine step, to replay what the scheduler decided.
 
-    {"mode": "CONTINUOUS+CHUNKED", "step": 0, "time_s": 0.0, "step_ms": 41.9,
-     "scheduled": {"0": 512}, "preempted": [], "finished": [], "num_free_blocks": 11376}
+    {"mode": "CONTINUOUS+CHUNKED", "step": 0, "time_s": 0.0, "step_ms": 52.101,
+     "scheduled": {"a": 512}, "preempted": [], "finished": [], "num_free_blocks": 11379}
 
-`time_s` is the virtual clock when the step began; `scheduled` lists request ids with the tokens
+`time_s` is the virtual clock when the step began (rounded to the microsecond, `step_ms` too); `scheduled` lists request ids with the tokens
 each computed, in the scheduler's order (running first, then newly admitted); `num_free_blocks`
 is counted after the step (null for the contiguous allocator of NAIVE and STATIC, which has no
 blocks). The file appears only when the whole run succeeded: it is written beside the target
@@ -29,8 +29,8 @@ class StepLog:
             line = {
                 "mode": mode_name,
                 "step": step.index,
-                "time_s": step.start_s,
-                "step_ms": step.step_s * 1000,
+                "time_s": round(step.start_s, 6),
+                "step_ms": round(step.step_s * 1000, 3),
                 "scheduled": {s.request.request_id: s.num_new_tokens for s in step.batch.scheduled},
                 "preempted": [r.request_id for r in step.batch.preempted],
                 "finished": [r.request_id for r in step.result.finished],

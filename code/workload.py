@@ -117,7 +117,7 @@ def arrival_times(rng: random.Random, request_rate: float, burstiness: float) ->
 @dataclass(frozen=True)
 class MixedTraffic:
     """Many chat-sized prompts and a few long documents, the traffic the lesson worries about."""
-    num_prompts: int = 100
+    num_prompts: int = 80
     request_rate: float = 4.0         # requests per second, on average
     burstiness: float = 1.0
     long_fraction: float = 0.1        # share of long-document requests

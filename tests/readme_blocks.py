@@ -1,0 +1,65 @@
+"""README's pasted outputs, regenerated from the commands they show, so the docs cannot rot.
+
+A block in README.md looks like
+
+    <!-- name:start -->
+    ```
+    $ command one
+    $ command two
+    output of the last command
+    ```
+    <!-- name:end -->
+
+`python3 tests/readme_blocks.py` rewrites every block with fresh output; the tests check that
+README.md already holds exactly that. Commands run from the project root in a shell, with
+`python3` meaning the interpreter running this file and `/tmp/` a private scratch folder.
+"""
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BLOCK = re.compile(r"<!-- (?P<name>[\w-]+):start -->\n```\n(?P<body>.*?)```\n<!-- (?P=name):end -->",
+                   re.DOTALL)
+
+
+def commands_of(body: str) -> list[str]:
+    return [line[2:] for line in body.splitlines() if line.startswith("$ ")]
+
+
+def run_commands(commands: list[str]) -> str:
+    """Run the commands in order; return what the last one printed."""
+    with tempfile.TemporaryDirectory() as scratch:
+        output = ""
+        for command in commands:
+            shell_command = command.replace("/tmp/", scratch + "/")
+            shell_command = re.sub(r"^python3 ", f"{sys.executable} ", shell_command)
+            result = subprocess.run(shell_command, shell=True, cwd=ROOT, capture_output=True,
+                                    text=True, check=True)
+            output = result.stdout
+    return output
+
+
+def fresh_body(body: str) -> str:
+    commands = commands_of(body)
+    return "".join(f"$ {c}\n" for c in commands) + run_commands(commands)
+
+
+def blocks(text: str) -> dict[str, str]:
+    return {m["name"]: m["body"] for m in BLOCK.finditer(text)}
+
+
+def regenerate(text: str) -> str:
+    def refresh(match):
+        name = match["name"]
+        return f"<!-- {name}:start -->\n```\n{fresh_body(match['body'])}```\n<!-- {name}:end -->"
+    return BLOCK.sub(refresh, text)
+
+
+if __name__ == "__main__":
+    README.write_text(regenerate(README.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"rewrote {len(blocks(README.read_text(encoding='utf-8')))} blocks in README.md")
