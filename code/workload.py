@@ -5,11 +5,8 @@ made fresh for every mode so that each mode serves exactly the same requests. St
 a synthetic generator draws the next request only when the engine's clock reaches it, and a trace
 file is read line by line, never loaded whole.
 
-How requests are *sent* is the arrival process:
-- open loop (`--request-rate`): requests arrive at their own times whatever the server does;
-  gaps are gamma-distributed as in `vllm bench serve` (burstiness 1.0 = a Poisson process);
-- closed loop (`--max-concurrency N`): at most N requests in flight; a request is sent at its
-  own time or when an earlier one finishes, whichever is later, like N patient clients.
+How requests are *sent* is the arrival process (arrivals.py): an open loop at `--request-rate`
+with gamma-distributed gaps, or a closed loop of `--max-concurrency` clients.
 
 Every random draw goes through one `random.Random(seed)`: same seed, same requests.
 """
@@ -17,10 +14,10 @@ Every random draw goes through one `random.Random(seed)`: same seed, same reques
 import csv
 import math
 import random
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
+from arrivals import ClosedLoopClients, OpenLoopArrivals, arrival_times
 from request import Request
 
 
@@ -40,76 +37,6 @@ class Workload:
         if self.max_concurrency is None:
             return OpenLoopArrivals(self.make_requests())
         return ClosedLoopClients(self.make_requests(), self.max_concurrency)
-
-
-# -- arrival processes ----------------------------------------------------------------------------
-
-class OpenLoopArrivals:
-    """Requests arrive at their own times, whatever the engine is doing."""
-
-    def __init__(self, requests: Iterator[Request]):
-        self._requests = requests
-        self._next: Optional[Request] = next(requests, None)
-
-    def next_arrival_s(self) -> Optional[float]:
-        return None if self._next is None else self._next.arrival_s
-
-    def pop_arrived(self, now_s: float) -> list[Request]:
-        arrived = []
-        while self._next is not None and self._next.arrival_s <= now_s:
-            arrived.append(self._next)
-            self._next = next(self._requests, None)
-        return arrived
-
-    def on_finished(self, num_finished: int, now_s: float) -> None:
-        """An open loop does not care when requests finish."""
-
-
-class ClosedLoopClients:
-    """At most `max_concurrency` requests in flight (vllm bench serve --max-concurrency).
-
-    A request planned for time t is sent at max(t, the moment a slot frees); its arrival_s is
-    the time it was actually sent, so its TTFT does not include the client's own wait.
-    """
-
-    def __init__(self, requests: Iterator[Request], max_concurrency: int):
-        self._arrivals = OpenLoopArrivals(requests)
-        self._free_slots = max_concurrency
-        self._held: deque[Request] = deque()  # planned time passed, waiting for a free slot
-
-    def next_arrival_s(self) -> Optional[float]:
-        if self._free_slots == 0:
-            return None  # nothing can be sent before a request finishes
-        if self._held:
-            return self._held[0].arrival_s
-        return self._arrivals.next_arrival_s()
-
-    def pop_arrived(self, now_s: float) -> list[Request]:
-        self._held.extend(self._arrivals.pop_arrived(now_s))
-        sent = []
-        while self._held and self._free_slots > 0:
-            request = self._held.popleft()
-            request.arrival_s = max(request.arrival_s, now_s)
-            self._free_slots -= 1
-            sent.append(request)
-        return sent
-
-    def on_finished(self, num_finished: int, now_s: float) -> None:
-        self._free_slots += num_finished
-
-
-def arrival_times(rng: random.Random, request_rate: float, burstiness: float) -> Iterator[float]:
-    """Gamma-distributed gaps with mean 1/request_rate; shape `burstiness` (1.0 = Poisson).
-
-    Lower burstiness means burstier traffic at the same mean rate, as in vllm bench serve.
-    An infinite rate sends everything at time 0.
-    """
-    now_s = 0.0
-    while True:
-        yield now_s
-        if math.isinf(request_rate):
-            continue
-        now_s += rng.gammavariate(burstiness, 1.0 / (request_rate * burstiness))
 
 
 # -- the default workload -------------------------------------------------------------------------
