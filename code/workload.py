@@ -3,19 +3,28 @@
 A workload is a recipe for a stream of requests (arrival time, prompt length, output length),
 made fresh for every mode so that each mode serves exactly the same requests. Streams are lazy:
 a synthetic generator draws the next request only when the engine's clock reaches it, and a trace
-file is read line by line, never loaded whole.
+file (trace_replay.py) is read line by line, never loaded whole.
 
-How requests are *sent* is the arrival process (arrivals.py): an open loop at `--request-rate`
-with gamma-distributed gaps, or a closed loop of `--max-concurrency` clients.
+*What* is sent, the lengths in tokens (`--dataset-name`, as in `vllm bench serve`):
+- `mixed`: the lesson's traffic, many chat-sized prompts and a few long documents;
+- `random`: vLLM's random dataset, lengths uniform within a ratio of a target;
+- `normal`: normally distributed lengths (exercise 4: outputs of mean 1,500, std 600).
 
-Every random draw goes through one `random.Random(seed)`: same seed, same requests.
+*How* it is sent is the arrival process (arrivals.py): an open loop at `--request-rate` with
+gamma-distributed gaps, or a closed loop of `--max-concurrency` clients.
+
+Every random draw goes through a `random.Random(seed)`: same seed, same requests. Other code
+builds workloads with the functions at the end (a trace with `trace_replay.trace_workload`). The
+lesson's headline, 128 clients each sending a 1,000-token prompt for a 1,000-token answer, is
+
+    random_workload(input_len=1000, output_len=1000, num_prompts=1000, max_concurrency=128)
 """
 
 import csv
 import math
 import random
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol
 
 from arrivals import ClosedLoopClients, OpenLoopArrivals, arrival_times
 from request import Request
@@ -27,7 +36,7 @@ class WorkloadError(ValueError):
 
 @dataclass
 class Workload:
-    name: str                  # "mixed", "trace", ...
+    name: str                  # "mixed", "random", "normal", "trace"
     description: str           # one line for the report header
     params: dict               # what the JSON "workload" object reports
     make_requests: Callable[[], Iterator[Request]]  # a fresh stream, in arrival order
@@ -39,47 +48,229 @@ class Workload:
         return ClosedLoopClients(self.make_requests(), self.max_concurrency)
 
 
-# -- the default workload -------------------------------------------------------------------------
+# -- what is sent: the length distributions -------------------------------------------------------
+
+class Lengths(Protocol):
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        """One request's (prompt_len, output_len), in tokens."""
+
+    def describe(self) -> str:
+        """The lengths, for the report header."""
+
 
 @dataclass(frozen=True)
-class MixedTraffic:
+class MixedLengths:
     """Many chat-sized prompts and a few long documents, the traffic the lesson worries about."""
-    num_prompts: int = 100
-    request_rate: float = 4.0         # requests per second, on average
-    burstiness: float = 1.0
     long_fraction: float = 0.1        # share of long-document requests
     short_prompt: tuple = (100, 1500)  # uniform, tokens
     long_prompt: tuple = (6000, 7800)  # "8k-token" documents that still fit max_model_len 8192
     short_output: tuple = (20, 400)
     long_output: tuple = (50, 300)
-    seed: int = 0
 
-    def requests(self) -> Iterator[Request]:
-        rng = random.Random(self.seed)
-        times = arrival_times(rng, self.request_rate, self.burstiness)
-        for index in range(self.num_prompts):
-            arrival_s = next(times)
-            is_long = rng.random() < self.long_fraction
-            prompt_range = self.long_prompt if is_long else self.short_prompt
-            output_range = self.long_output if is_long else self.short_output
-            yield Request(str(index), arrival_s, rng.randint(*prompt_range),
-                          rng.randint(*output_range))
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        is_long = rng.random() < self.long_fraction
+        prompt_range = self.long_prompt if is_long else self.short_prompt
+        output_range = self.long_output if is_long else self.short_output
+        return rng.randint(*prompt_range), rng.randint(*output_range)
 
     def describe(self) -> str:
         long_pct = round(100 * self.long_fraction)
-        return (f"mixed: {self.num_prompts} requests, {self.request_rate:g} req/s Poisson, "
-                f"{100 - long_pct}% prompts {self.short_prompt[0]}-{self.short_prompt[1]} tok, "
-                f"{long_pct}% {self.long_prompt[0]}-{self.long_prompt[1]} tok, seed {self.seed}")
+        return (f"{100 - long_pct}% prompts {self.short_prompt[0]}-{self.short_prompt[1]} tok, "
+                f"{long_pct}% {self.long_prompt[0]}-{self.long_prompt[1]} tok")
 
 
-def mixed_workload(num_prompts: int, request_rate: float, burstiness: float, seed: int,
-                   max_concurrency: Optional[int] = None) -> Workload:
-    mix = MixedTraffic(num_prompts=num_prompts, request_rate=request_rate,
-                       burstiness=burstiness, seed=seed)
-    params = {"name": "mixed", "num_prompts": num_prompts, "request_rate": request_rate,
+@dataclass(frozen=True)
+class RandomLengths:
+    """vLLM's random dataset: lengths uniform within +-range_ratio of a target.
+
+    Exactly as `vllm bench serve` samples them: integers uniform in
+    [floor(len x (1 - r)), ceil(len x (1 + r))], both ends included, at least 1 output token (and
+    here at least 1 prompt token); r = 0 gives every request the target lengths. For input_len 1024
+    and r 0.1: prompts of 921 to 1127 tokens. (vLLM first takes the tokens its tokenizer adds off
+    input_len; servesim has no tokenizer.)
+    """
+    input_len: int = 1024
+    output_len: int = 128
+    range_ratio: float = 0.0
+
+    def __post_init__(self):
+        require_positive_int("--random-input-len", self.input_len)
+        require_positive_int("--random-output-len", self.output_len)
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise WorkloadError(f"--random-range-ratio must be in [0, 1), got {self.range_ratio}")
+
+    @property
+    def input_range(self) -> tuple[int, int]:
+        low = math.floor(self.input_len * (1 - self.range_ratio))
+        return max(1, low), math.ceil(self.input_len * (1 + self.range_ratio))
+
+    @property
+    def output_range(self) -> tuple[int, int]:
+        low = math.floor(self.output_len * (1 - self.range_ratio))
+        return max(1, low), math.ceil(self.output_len * (1 + self.range_ratio))
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        return rng.randint(*self.input_range), rng.randint(*self.output_range)
+
+    def describe(self) -> str:
+        return f"prompts {_span(self.input_range)} tok, outputs {_span(self.output_range)} tok"
+
+
+@dataclass(frozen=True)
+class NormalLengths:
+    """Normally distributed lengths, rounded to whole tokens and clipped to [1, max_model_len].
+
+    Clipping piles the tails onto the bounds: with outputs of mean 1,500 and std 600, 0.6% of
+    draws fall below one token and become 1. A prompt clipped to max_model_len leaves no room
+    for output, so the engine rejects it, as vLLM would.
+    """
+    input_mean: float = 1024
+    input_std: float = 256
+    output_mean: float = 1500   # exercise 4's outputs
+    output_std: float = 600
+    max_model_len: int = 8192
+
+    def __post_init__(self):
+        for flag, value in (("--input-mean", self.input_mean), ("--output-mean", self.output_mean),
+                            ("--input-std", self.input_std), ("--output-std", self.output_std)):
+            if not (math.isfinite(value) and value >= 0):
+                raise WorkloadError(f"{flag} must be a number of tokens >= 0, got {value}")
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        return (self._clip(rng.gauss(self.input_mean, self.input_std)),
+                self._clip(rng.gauss(self.output_mean, self.output_std)))
+
+    def _clip(self, tokens: float) -> int:
+        return min(max(round(tokens), 1), self.max_model_len)
+
+    def describe(self) -> str:
+        return (f"prompts ~N({self.input_mean:g}, {self.input_std:g}) tok, outputs "
+                f"~N({self.output_mean:g}, {self.output_std:g}) tok, in [1, {self.max_model_len}]")
+
+
+def _span(low_high: tuple[int, int]) -> str:
+    low, high = low_high
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def synthetic_requests(lengths: Lengths, num_prompts: int, request_rate: float, burstiness: float,
+                       length_rng: random.Random, arrival_rng: random.Random) -> Iterator[Request]:
+    times = arrival_times(arrival_rng, request_rate, burstiness)
+    for index in range(num_prompts):
+        arrival_s = next(times)
+        prompt_len, output_len = lengths.draw(length_rng)
+        yield Request(str(index), arrival_s, prompt_len, output_len)
+
+
+# -- building workloads ---------------------------------------------------------------------------
+
+def mixed_workload(num_prompts: int = 100, request_rate: float = 4.0, burstiness: float = 1.0,
+                   seed: int = 0, max_concurrency: Optional[int] = None) -> Workload:
+    """The lesson's default traffic: 90% chat-sized prompts, 10% long documents."""
+    check_sending(num_prompts, max_concurrency)
+    check_arrival_rate(request_rate, burstiness)
+    lengths = MixedLengths()
+
+    def make_requests() -> Iterator[Request]:
+        rng = random.Random(seed)  # one generator for gaps and lengths: the lesson's draws
+        return synthetic_requests(lengths, num_prompts, request_rate, burstiness, rng, rng)
+
+    params = {"name": "mixed", "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
               "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
-              "long_fraction": mix.long_fraction}
-    return Workload("mixed", mix.describe(), params, mix.requests, max_concurrency)
+              "long_fraction": lengths.long_fraction}
+    return Workload("mixed", _describe("mixed", lengths, num_prompts, request_rate, burstiness,
+                                       seed, max_concurrency),
+                    params, make_requests, max_concurrency)
+
+
+def random_workload(input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
+                    num_prompts: int = 100, request_rate: float = math.inf,
+                    burstiness: float = 1.0, seed: int = 0,
+                    max_concurrency: Optional[int] = None) -> Workload:
+    """`vllm bench serve --dataset-name random`; by default everything is sent at t=0."""
+    lengths = RandomLengths(input_len, output_len, range_ratio)
+    params = {"random_input_len": input_len, "random_output_len": output_len,
+              "random_range_ratio": range_ratio, "input_len_range": list(lengths.input_range),
+              "output_len_range": list(lengths.output_range)}
+    return _vllm_dataset_workload("random", lengths, params, num_prompts, request_rate,
+                                  burstiness, seed, max_concurrency)
+
+
+def normal_workload(input_mean: float = 1024, input_std: float = 256, output_mean: float = 1500,
+                    output_std: float = 600, max_model_len: int = 8192, num_prompts: int = 100,
+                    request_rate: float = math.inf, burstiness: float = 1.0, seed: int = 0,
+                    max_concurrency: Optional[int] = None) -> Workload:
+    """Normally distributed lengths; the defaults are exercise 4's outputs."""
+    lengths = NormalLengths(input_mean, input_std, output_mean, output_std, max_model_len)
+    params = {"input_mean": input_mean, "input_std": input_std, "output_mean": output_mean,
+              "output_std": output_std, "max_model_len": max_model_len}
+    return _vllm_dataset_workload("normal", lengths, params, num_prompts, request_rate,
+                                  burstiness, seed, max_concurrency)
+
+
+def _vllm_dataset_workload(name: str, lengths: Lengths, length_params: dict, num_prompts: int,
+                           request_rate: float, burstiness: float, seed: int,
+                           max_concurrency: Optional[int]) -> Workload:
+    check_sending(num_prompts, max_concurrency)
+    check_arrival_rate(request_rate, burstiness)
+
+    def make_requests() -> Iterator[Request]:
+        # Lengths and gaps from two generators, as vllm bench serve samples them apart: the same
+        # seed sends the same requests at any --request-rate or --max-concurrency.
+        length_rng, arrival_rng = random.Random(seed), random.Random(f"arrivals {seed}")
+        return synthetic_requests(lengths, num_prompts, request_rate, burstiness,
+                                  length_rng, arrival_rng)
+
+    params = {"name": name, "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
+              "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
+              **length_params}
+    return Workload(name, _describe(name, lengths, num_prompts, request_rate, burstiness, seed,
+                                    max_concurrency),
+                    params, make_requests, max_concurrency)
+
+
+def _describe(name: str, lengths: Lengths, num_prompts: int, request_rate: float,
+              burstiness: float, seed: int, max_concurrency: Optional[int]) -> str:
+    if math.isinf(request_rate):
+        sending = "all sent at t=0"
+    elif burstiness == 1.0:
+        sending = f"{request_rate:g} req/s Poisson"
+    else:
+        sending = f"{request_rate:g} req/s, gamma gaps of burstiness {burstiness:g}"
+    return (f"{name}: {num_prompts} requests, {sending}, {lengths.describe()}, seed {seed}"
+            + closed_loop_note(max_concurrency))
+
+
+def closed_loop_note(max_concurrency: Optional[int]) -> str:
+    if max_concurrency is None:
+        return ""
+    return f", at most {max_concurrency} in flight (closed loop)"
+
+
+def _json_rate(request_rate: float):
+    """JSON has no infinity; like vllm bench serve's result file, an infinite rate is "inf"."""
+    return "inf" if math.isinf(request_rate) else request_rate
+
+
+# -- checks shared by every workload --------------------------------------------------------------
+
+def check_sending(num_prompts: Optional[int], max_concurrency: Optional[int]) -> None:
+    if num_prompts is not None:
+        require_positive_int("--num-prompts", num_prompts)
+    if max_concurrency is not None:
+        require_positive_int("--max-concurrency", max_concurrency)
+
+
+def check_arrival_rate(request_rate: float, burstiness: float) -> None:
+    if not (request_rate > 0 and not math.isnan(request_rate)):
+        raise WorkloadError(f"--request-rate must be > 0 (or inf), got {request_rate}")
+    if not (burstiness > 0 and math.isfinite(burstiness)):
+        raise WorkloadError(f"--burstiness must be a positive number, got {burstiness}")
+
+
+def require_positive_int(flag: str, value: int) -> None:
+    if value < 1:
+        raise WorkloadError(f"{flag} must be a positive integer, got {value}")
 
 
 # -- trace files ------------------------------------------------------------------------------------
