@@ -20,7 +20,6 @@ lesson's headline, 128 clients each sending a 1,000-token prompt for a 1,000-tok
     random_workload(input_len=1000, output_len=1000, num_prompts=1000, max_concurrency=128)
 """
 
-import csv
 import math
 import random
 from dataclasses import dataclass
@@ -271,63 +270,3 @@ def check_arrival_rate(request_rate: float, burstiness: float) -> None:
 def require_positive_int(flag: str, value: int) -> None:
     if value < 1:
         raise WorkloadError(f"{flag} must be a positive integer, got {value}")
-
-
-# -- trace files ------------------------------------------------------------------------------------
-
-CSV_COLUMNS = ("arrival_s", "prompt_len", "output_len")
-
-
-def csv_trace_workload(path: str, num_prompts: Optional[int] = None,
-                       max_concurrency: Optional[int] = None) -> Workload:
-    """A plain CSV trace: header `arrival_s,prompt_len,output_len`, optionally an `id` column."""
-    check_csv_header(path)
-
-    def make_requests() -> Iterator[Request]:
-        return read_csv_trace(path, num_prompts)
-
-    params = {"name": "trace", "trace": path, "trace_format": "csv", "num_prompts": num_prompts,
-              "max_concurrency": max_concurrency}
-    return Workload("trace", f"trace {path}", params, make_requests, max_concurrency)
-
-
-def check_csv_header(path: str) -> None:
-    """Fail before any simulation starts if the file is missing or its header is wrong."""
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            header = next(csv.reader(f), None)
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read trace ({error.strerror})") from None
-    missing = [c for c in CSV_COLUMNS if header is None or c not in header]
-    if missing:
-        raise WorkloadError(f"{path}:1: missing column(s) {', '.join(missing)}; the header must "
-                            f"name {','.join(CSV_COLUMNS)} (and optionally id)")
-
-
-def read_csv_trace(path: str, num_prompts: Optional[int] = None) -> Iterator[Request]:
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        previous_s = 0.0
-        for index, row in enumerate(reader):
-            if num_prompts is not None and index >= num_prompts:
-                return
-            line = reader.line_num
-            arrival_s = _number(row, "arrival_s", False, 0, path, line)
-            if arrival_s < previous_s:
-                raise WorkloadError(f"{path}:{line}: arrival_s {arrival_s} goes backwards "
-                                    f"(previous {previous_s}); rows must be in arrival order")
-            previous_s = arrival_s
-            request_id = row.get("id") or str(index)
-            yield Request(request_id, arrival_s, _number(row, "prompt_len", True, 1, path, line),
-                          _number(row, "output_len", True, 1, path, line))
-
-
-def _number(row: dict, column: str, integer: bool, minimum: float, path: str, line: int):
-    text = row.get(column)
-    try:
-        value = int(text) if integer else float(text)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{path}:{line}: {column} must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value < minimum:
-        raise WorkloadError(f"{path}:{line}: {column} must be a number >= {minimum}, got {text}")
-    return value
