@@ -166,20 +166,15 @@ def synthetic_requests(lengths: Lengths, num_prompts: int, request_rate: float, 
 def mixed_workload(num_prompts: int = 100, request_rate: float = 4.0, burstiness: float = 1.0,
                    seed: int = 0, max_concurrency: Optional[int] = None) -> Workload:
     """The lesson's default traffic: 90% chat-sized prompts, 10% long documents."""
-    check_sending(num_prompts, max_concurrency)
-    check_arrival_rate(request_rate, burstiness)
     lengths = MixedLengths()
 
     def make_requests() -> Iterator[Request]:
         rng = random.Random(seed)  # one generator for gaps and lengths: the lesson's draws
         return synthetic_requests(lengths, num_prompts, request_rate, burstiness, rng, rng)
 
-    params = {"name": "mixed", "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
-              "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
-              "long_fraction": lengths.long_fraction}
-    return Workload("mixed", _describe("mixed", lengths, num_prompts, request_rate, burstiness,
-                                       seed, max_concurrency),
-                    params, make_requests, max_concurrency)
+    return _synthetic_workload("mixed", lengths, {"long_fraction": lengths.long_fraction},
+                               make_requests, num_prompts, request_rate, burstiness, seed,
+                               max_concurrency)
 
 
 def random_workload(input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
@@ -191,8 +186,9 @@ def random_workload(input_len: int = 1024, output_len: int = 128, range_ratio: f
     params = {"random_input_len": input_len, "random_output_len": output_len,
               "random_range_ratio": range_ratio, "input_len_range": list(lengths.input_range),
               "output_len_range": list(lengths.output_range)}
-    return _vllm_dataset_workload("random", lengths, params, num_prompts, request_rate,
-                                  burstiness, seed, max_concurrency)
+    make_requests = _separate_streams(lengths, num_prompts, request_rate, burstiness, seed)
+    return _synthetic_workload("random", lengths, params, make_requests, num_prompts,
+                               request_rate, burstiness, seed, max_concurrency)
 
 
 def normal_workload(input_mean: float = 1024, input_std: float = 256, output_mean: float = 1500,
@@ -203,29 +199,33 @@ def normal_workload(input_mean: float = 1024, input_std: float = 256, output_mea
     lengths = NormalLengths(input_mean, input_std, output_mean, output_std, max_model_len)
     params = {"input_mean": input_mean, "input_std": input_std, "output_mean": output_mean,
               "output_std": output_std, "max_model_len": max_model_len}
-    return _vllm_dataset_workload("normal", lengths, params, num_prompts, request_rate,
-                                  burstiness, seed, max_concurrency)
+    make_requests = _separate_streams(lengths, num_prompts, request_rate, burstiness, seed)
+    return _synthetic_workload("normal", lengths, params, make_requests, num_prompts,
+                               request_rate, burstiness, seed, max_concurrency)
 
 
-def _vllm_dataset_workload(name: str, lengths: Lengths, length_params: dict, num_prompts: int,
-                           request_rate: float, burstiness: float, seed: int,
-                           max_concurrency: Optional[int]) -> Workload:
+def _separate_streams(lengths: Lengths, num_prompts: int, request_rate: float,
+                      burstiness: float, seed: int) -> Callable[[], Iterator[Request]]:
+    """Lengths and gaps from two generators, as vllm bench serve samples them apart: the same
+    seed sends the same requests at any --request-rate or --max-concurrency."""
+    def make_requests() -> Iterator[Request]:
+        return synthetic_requests(lengths, num_prompts, request_rate, burstiness,
+                                  random.Random(seed), random.Random(f"arrivals {seed}"))
+    return make_requests
+
+
+def _synthetic_workload(name: str, lengths: Lengths, length_params: dict,
+                        make_requests: Callable[[], Iterator[Request]], num_prompts: int,
+                        request_rate: float, burstiness: float, seed: int,
+                        max_concurrency: Optional[int]) -> Workload:
     check_sending(num_prompts, max_concurrency)
     check_arrival_rate(request_rate, burstiness)
-
-    def make_requests() -> Iterator[Request]:
-        # Lengths and gaps from two generators, as vllm bench serve samples them apart: the same
-        # seed sends the same requests at any --request-rate or --max-concurrency.
-        length_rng, arrival_rng = random.Random(seed), random.Random(f"arrivals {seed}")
-        return synthetic_requests(lengths, num_prompts, request_rate, burstiness,
-                                  length_rng, arrival_rng)
-
     params = {"name": name, "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
               "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
               **length_params}
-    return Workload(name, _describe(name, lengths, num_prompts, request_rate, burstiness, seed,
-                                    max_concurrency),
-                    params, make_requests, max_concurrency)
+    description = _describe(name, lengths, num_prompts, request_rate, burstiness, seed,
+                            max_concurrency)
+    return Workload(name, description, params, make_requests, max_concurrency)
 
 
 def _describe(name: str, lengths: Lengths, num_prompts: int, request_rate: float,

@@ -111,26 +111,26 @@ def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Worklo
     kind = workload_kind(args)
     check_options_belong(args, kind)
     if kind == "trace":
-        time_scale = 1.0 if args.trace_time_scale is None else args.trace_time_scale
-        return trace_workload(args.trace, args.trace_format, args.num_prompts, time_scale,
-                              args.max_concurrency)
-    num_prompts = DEFAULT_NUM_PROMPTS if args.num_prompts is None else args.num_prompts
-    burstiness = 1.0 if args.burstiness is None else args.burstiness
+        return trace_workload(args.trace, args.trace_format, args.num_prompts,
+                              time_scale=given(args.trace_time_scale, 1.0),
+                              max_concurrency=args.max_concurrency)
+    sending = {"num_prompts": given(args.num_prompts, DEFAULT_NUM_PROMPTS),
+               "burstiness": given(args.burstiness, 1.0), "seed": args.seed,
+               "max_concurrency": args.max_concurrency}
     if kind == "mixed":
-        rate = MIXED_REQUEST_RATE if args.request_rate is None else args.request_rate
-        return mixed_workload(num_prompts, rate, burstiness, args.seed, args.max_concurrency)
-    rate = math.inf if args.request_rate is None else args.request_rate
+        return mixed_workload(request_rate=given(args.request_rate, MIXED_REQUEST_RATE),
+                              **sending)
+    sending["request_rate"] = given(args.request_rate, math.inf)  # vllm bench serve's default
     if kind == "random":
-        return random_workload(given(args.random_input_len, RANDOM.input_len),
-                               given(args.random_output_len, RANDOM.output_len),
-                               given(args.random_range_ratio, RANDOM.range_ratio),
-                               num_prompts, rate, burstiness, args.seed, args.max_concurrency)
-    return normal_workload(given(args.input_mean, NORMAL.input_mean),
-                           given(args.input_std, NORMAL.input_std),
-                           given(args.output_mean, NORMAL.output_mean),
-                           given(args.output_std, NORMAL.output_std),
-                           config.max_model_len, num_prompts, rate, burstiness, args.seed,
-                           args.max_concurrency)
+        return random_workload(input_len=given(args.random_input_len, RANDOM.input_len),
+                               output_len=given(args.random_output_len, RANDOM.output_len),
+                               range_ratio=given(args.random_range_ratio, RANDOM.range_ratio),
+                               **sending)
+    return normal_workload(input_mean=given(args.input_mean, NORMAL.input_mean),
+                           input_std=given(args.input_std, NORMAL.input_std),
+                           output_mean=given(args.output_mean, NORMAL.output_mean),
+                           output_std=given(args.output_std, NORMAL.output_std),
+                           max_model_len=config.max_model_len, **sending)
 
 
 def workload_kind(args: argparse.Namespace) -> str:
