@@ -103,5 +103,5 @@ def describe_replay(scan: TraceReplay) -> str:
     scale = "" if scan.time_scale == 1 else f" (the trace's gaps x{scan.time_scale:g})"
     failed = (f", {scan.num_failed_skipped} failed requests skipped"
               if scan.num_failed_skipped else "")
-    return (f"trace {scan.path} ({scan.trace_format}): {scan.num_requests} requests over "
+    return (f"trace {scan.path} ({scan.trace_format}): {scan.num_requests:,} requests over "
             f"{scan.last_arrival_s:,.1f} s{scale}{failed}")
