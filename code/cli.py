@@ -6,7 +6,6 @@ valid, and exit status 2; nothing is written before every input has been checked
 """
 
 import argparse
-import math
 import sys
 from dataclasses import fields
 
@@ -17,7 +16,8 @@ from gpu_memory import lookup, plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
 from step_log import StepLog
-from workload import MixedTraffic, WorkloadError, csv_trace_workload, mixed_workload
+from workload import WorkloadError
+from workload_flags import add_workload_flags, workload_from_args
 
 DEFAULTS = EngineConfig()
 
@@ -100,23 +100,6 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: dict) -> None:
                        help="linear clock: per decode token (default 0.5)")
 
 
-def add_workload_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("workload (vllm bench serve's flag names)")
-    group.add_argument("--num-prompts", type=int, default=None, metavar="N",
-                       help=f"requests to send (default {MixedTraffic.num_prompts}; "
-                            "a trace: all its rows)")
-    group.add_argument("--request-rate", type=float, default=MixedTraffic.request_rate,
-                       metavar="PER_S", help="mean arrivals per second; inf sends all at once "
-                                             f"(default {MixedTraffic.request_rate:g})")
-    group.add_argument("--burstiness", type=float, default=1.0, metavar="SHAPE",
-                       help="gamma shape of the gaps: 1 = Poisson, lower = burstier")
-    group.add_argument("--max-concurrency", type=int, default=None, metavar="N",
-                       help="at most N requests in flight (closed loop of N clients)")
-    group.add_argument("--seed", type=int, default=0, help="draws another instance (default 0)")
-    group.add_argument("--trace", default=None, metavar="FILE",
-                       help="replay a CSV trace: arrival_s,prompt_len,output_len[,id]")
-
-
 def add_output_flags(parser: argparse.ArgumentParser, knobs: dict) -> None:
     group = parser.add_argument_group("output")
     group.add_argument("--mode", default=None,
@@ -162,23 +145,6 @@ def _apply_chunked_prefill_flag(names: list[str], enabled: bool, explicit: bool)
     return [wanted if n == unwanted else n for n in names]
 
 
-def workload_from_args(args: argparse.Namespace):
-    if args.num_prompts is not None and args.num_prompts < 1:
-        raise WorkloadError(f"--num-prompts must be a positive integer, got {args.num_prompts}")
-    if args.max_concurrency is not None and args.max_concurrency < 1:
-        raise WorkloadError(f"--max-concurrency must be a positive integer, "
-                            f"got {args.max_concurrency}")
-    if args.trace is not None:
-        return csv_trace_workload(args.trace, args.num_prompts, args.max_concurrency)
-    if not (args.request_rate > 0 and not math.isnan(args.request_rate)):
-        raise WorkloadError(f"--request-rate must be > 0 (or inf), got {args.request_rate}")
-    if not (args.burstiness > 0 and math.isfinite(args.burstiness)):
-        raise WorkloadError(f"--burstiness must be a positive number, got {args.burstiness}")
-    num_prompts = MixedTraffic.num_prompts if args.num_prompts is None else args.num_prompts
-    return mixed_workload(num_prompts, args.request_rate, args.burstiness, args.seed,
-                          args.max_concurrency)
-
-
 # -- commands ------------------------------------------------------------------------------------
 
 def run_compare(args: argparse.Namespace, simulate) -> int:
@@ -188,7 +154,7 @@ def run_compare(args: argparse.Namespace, simulate) -> int:
         mode.check(config)
     plan = plan_memory(config)
     clock = make_clock(config)
-    workload = workload_from_args(args)
+    workload = workload_from_args(args, config)
     step_log = StepLog(args.step_log) if args.step_log else None
     try:
         recorders = []

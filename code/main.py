@@ -15,10 +15,14 @@ on the virtual clock, advance the clock, apply the step. The concepts live one p
     forward_model.py    the virtual clock: step time from FLOPs and bytes (a roofline)
     gpu_memory.py       weights, activations and KV blocks in --gpu-memory-utilization
     presets.py          GPUs and models, each number with its source
-    workload.py         mixed traffic, arrival processes, trace files
+    workload.py         what is sent: mixed traffic, vLLM's random dataset, normal lengths
+    arrivals.py         how it is sent: open loop (request rate, burstiness), closed loop
+    trace_formats.py    reading Azure, Mooncake, BurstGPT and plain CSV traces
+    trace_replay.py     a trace's requests at their own times (--trace)
     metrics.py          TTFT, TPOT, ITL, E2EL as `vllm bench serve` defines them
     report.py           the tables and the JSON
     cli.py              the command line
+    workload_flags.py   its workload options (vllm bench serve's names)
 """
 
 import sys

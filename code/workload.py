@@ -3,25 +3,34 @@
 A workload is a recipe for a stream of requests (arrival time, prompt length, output length),
 made fresh for every mode so that each mode serves exactly the same requests. Streams are lazy:
 a synthetic generator draws the next request only when the engine's clock reaches it, and a trace
-file is read line by line, never loaded whole.
+file (trace_replay.py) is read line by line, never loaded whole.
 
-How requests are *sent* is the arrival process:
-- open loop (`--request-rate`): requests arrive at their own times whatever the server does;
-  gaps are gamma-distributed as in `vllm bench serve` (burstiness 1.0 = a Poisson process);
-- closed loop (`--max-concurrency N`): at most N requests in flight; a request is sent at its
-  own time or when an earlier one finishes, whichever is later, like N patient clients.
+*What* is sent, the lengths in tokens (`--dataset-name`, as in `vllm bench serve`):
+- `mixed`: the lesson's traffic, many chat-sized prompts and a few long documents;
+- `random`: vLLM's random dataset, lengths uniform within a ratio of a target;
+- `normal`: normally distributed lengths (exercise 4: outputs of mean 1,500, std 600).
 
-Every random draw goes through one `random.Random(seed)`: same seed, same requests.
+*How* it is sent is the arrival process (arrivals.py): an open loop at `--request-rate` with
+gamma-distributed gaps, or a closed loop of `--max-concurrency` clients.
+
+Every random draw goes through a `random.Random(seed)`: same seed, same requests. Other code
+builds workloads with the functions at the end (a trace with `trace_replay.trace_workload`). The
+lesson's headline, 128 clients each sending a 1,000-token prompt for a 1,000-token answer, is
+
+    random_workload(input_len=1000, output_len=1000, num_prompts=1000, max_concurrency=128)
 """
 
-import csv
 import math
 import random
-from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol
 
+from arrivals import ClosedLoopClients, OpenLoopArrivals, arrival_times
 from request import Request
+
+
+DEFAULT_NUM_PROMPTS = 80   # enough traffic to show the lesson, small enough to run instantly
+MIXED_REQUEST_RATE = 4.0   # requests per second: the rate the lesson's mixed traffic states
 
 
 class WorkloadError(ValueError):
@@ -30,7 +39,7 @@ class WorkloadError(ValueError):
 
 @dataclass
 class Workload:
-    name: str                  # "mixed", "trace", ...
+    name: str                  # "mixed", "random", "normal", "trace"
     description: str           # one line for the report header
     params: dict               # what the JSON "workload" object reports
     make_requests: Callable[[], Iterator[Request]]  # a fresh stream, in arrival order
@@ -42,174 +51,227 @@ class Workload:
         return ClosedLoopClients(self.make_requests(), self.max_concurrency)
 
 
-# -- arrival processes ----------------------------------------------------------------------------
+# -- what is sent: the length distributions -------------------------------------------------------
 
-class OpenLoopArrivals:
-    """Requests arrive at their own times, whatever the engine is doing."""
+class Lengths(Protocol):
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        """One request's (prompt_len, output_len), in tokens."""
 
-    def __init__(self, requests: Iterator[Request]):
-        self._requests = requests
-        self._next: Optional[Request] = next(requests, None)
+    def describe(self) -> str:
+        """The lengths, for the report header."""
 
-    def next_arrival_s(self) -> Optional[float]:
-        return None if self._next is None else self._next.arrival_s
-
-    def pop_arrived(self, now_s: float) -> list[Request]:
-        arrived = []
-        while self._next is not None and self._next.arrival_s <= now_s:
-            arrived.append(self._next)
-            self._next = next(self._requests, None)
-        return arrived
-
-    def on_finished(self, num_finished: int, now_s: float) -> None:
-        """An open loop does not care when requests finish."""
-
-
-class ClosedLoopClients:
-    """At most `max_concurrency` requests in flight (vllm bench serve --max-concurrency).
-
-    A request planned for time t is sent at max(t, the moment a slot frees); its arrival_s is
-    the time it was actually sent, so its TTFT does not include the client's own wait.
-    """
-
-    def __init__(self, requests: Iterator[Request], max_concurrency: int):
-        self._arrivals = OpenLoopArrivals(requests)
-        self._free_slots = max_concurrency
-        self._held: deque[Request] = deque()  # planned time passed, waiting for a free slot
-
-    def next_arrival_s(self) -> Optional[float]:
-        if self._free_slots == 0:
-            return None  # nothing can be sent before a request finishes
-        if self._held:
-            return self._held[0].arrival_s
-        return self._arrivals.next_arrival_s()
-
-    def pop_arrived(self, now_s: float) -> list[Request]:
-        self._held.extend(self._arrivals.pop_arrived(now_s))
-        sent = []
-        while self._held and self._free_slots > 0:
-            request = self._held.popleft()
-            request.arrival_s = max(request.arrival_s, now_s)
-            self._free_slots -= 1
-            sent.append(request)
-        return sent
-
-    def on_finished(self, num_finished: int, now_s: float) -> None:
-        self._free_slots += num_finished
-
-
-def arrival_times(rng: random.Random, request_rate: float, burstiness: float) -> Iterator[float]:
-    """Gamma-distributed gaps with mean 1/request_rate; shape `burstiness` (1.0 = Poisson).
-
-    Lower burstiness means burstier traffic at the same mean rate, as in vllm bench serve.
-    An infinite rate sends everything at time 0.
-    """
-    now_s = 0.0
-    while True:
-        yield now_s
-        if math.isinf(request_rate):
-            continue
-        now_s += rng.gammavariate(burstiness, 1.0 / (request_rate * burstiness))
-
-
-# -- the default workload -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class MixedTraffic:
+class MixedLengths:
     """Many chat-sized prompts and a few long documents, the traffic the lesson worries about."""
-    num_prompts: int = 80
-    request_rate: float = 4.0         # requests per second, on average
-    burstiness: float = 1.0
     long_fraction: float = 0.1        # share of long-document requests
     short_prompt: tuple = (100, 1500)  # uniform, tokens
     long_prompt: tuple = (6000, 7800)  # "8k-token" documents that still fit max_model_len 8192
     short_output: tuple = (20, 400)
     long_output: tuple = (50, 300)
-    seed: int = 0
 
-    def requests(self) -> Iterator[Request]:
-        rng = random.Random(self.seed)
-        times = arrival_times(rng, self.request_rate, self.burstiness)
-        for index in range(self.num_prompts):
-            arrival_s = next(times)
-            is_long = rng.random() < self.long_fraction
-            prompt_range = self.long_prompt if is_long else self.short_prompt
-            output_range = self.long_output if is_long else self.short_output
-            yield Request(str(index), arrival_s, rng.randint(*prompt_range),
-                          rng.randint(*output_range))
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        is_long = rng.random() < self.long_fraction
+        prompt_range = self.long_prompt if is_long else self.short_prompt
+        output_range = self.long_output if is_long else self.short_output
+        return rng.randint(*prompt_range), rng.randint(*output_range)
 
     def describe(self) -> str:
         long_pct = round(100 * self.long_fraction)
-        return (f"mixed: {self.num_prompts} requests, {self.request_rate:g} req/s Poisson, "
-                f"{100 - long_pct}% prompts {self.short_prompt[0]}-{self.short_prompt[1]} tok, "
-                f"{long_pct}% {self.long_prompt[0]}-{self.long_prompt[1]} tok, seed {self.seed}")
+        return (f"{100 - long_pct}% prompts {self.short_prompt[0]}-{self.short_prompt[1]} tok, "
+                f"{long_pct}% {self.long_prompt[0]}-{self.long_prompt[1]} tok")
 
 
-def mixed_workload(num_prompts: int, request_rate: float, burstiness: float, seed: int,
-                   max_concurrency: Optional[int] = None) -> Workload:
-    mix = MixedTraffic(num_prompts=num_prompts, request_rate=request_rate,
-                       burstiness=burstiness, seed=seed)
-    params = {"name": "mixed", "num_prompts": num_prompts, "request_rate": request_rate,
-              "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
-              "long_fraction": mix.long_fraction}
-    return Workload("mixed", mix.describe(), params, mix.requests, max_concurrency)
+@dataclass(frozen=True)
+class RandomLengths:
+    """vLLM's random dataset: lengths uniform within +-range_ratio of a target.
+
+    Exactly as `vllm bench serve` samples them: integers uniform in
+    [floor(len x (1 - r)), ceil(len x (1 + r))], both ends included, at least 1 output token (and
+    here at least 1 prompt token); r = 0 gives every request the target lengths. For input_len 1024
+    and r 0.1: prompts of 921 to 1127 tokens. (vLLM first takes the tokens its tokenizer adds off
+    input_len; servesim has no tokenizer.)
+    """
+    input_len: int = 1024
+    output_len: int = 128
+    range_ratio: float = 0.0
+
+    def __post_init__(self):
+        require_positive_int("--random-input-len", self.input_len)
+        require_positive_int("--random-output-len", self.output_len)
+        if not 0.0 <= self.range_ratio < 1.0:
+            raise WorkloadError(f"--random-range-ratio must be in [0, 1), got {self.range_ratio}")
+
+    @property
+    def input_range(self) -> tuple[int, int]:
+        low = math.floor(self.input_len * (1 - self.range_ratio))
+        return max(1, low), math.ceil(self.input_len * (1 + self.range_ratio))
+
+    @property
+    def output_range(self) -> tuple[int, int]:
+        low = math.floor(self.output_len * (1 - self.range_ratio))
+        return max(1, low), math.ceil(self.output_len * (1 + self.range_ratio))
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        return rng.randint(*self.input_range), rng.randint(*self.output_range)
+
+    def describe(self) -> str:
+        return f"prompts {_span(self.input_range)} tok, outputs {_span(self.output_range)} tok"
 
 
-# -- trace files ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NormalLengths:
+    """Normally distributed lengths, rounded to whole tokens and clipped to [1, max_model_len].
 
-CSV_COLUMNS = ("arrival_s", "prompt_len", "output_len")
+    Clipping piles the tails onto the bounds: with outputs of mean 1,500 and std 600, 0.6% of
+    draws fall below one token and become 1. A prompt clipped to max_model_len leaves no room
+    for output, so the engine rejects it, as vLLM would.
+    """
+    input_mean: float = 1024
+    input_std: float = 256
+    output_mean: float = 1500   # exercise 4's outputs
+    output_std: float = 600
+    max_model_len: int = 8192
+
+    def __post_init__(self):
+        for flag, value in (("--input-mean", self.input_mean), ("--output-mean", self.output_mean),
+                            ("--input-std", self.input_std), ("--output-std", self.output_std)):
+            if not (math.isfinite(value) and value >= 0):
+                raise WorkloadError(f"{flag} must be a number of tokens >= 0, got {value}")
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        return (self._clip(rng.gauss(self.input_mean, self.input_std)),
+                self._clip(rng.gauss(self.output_mean, self.output_std)))
+
+    def _clip(self, tokens: float) -> int:
+        return min(max(round(tokens), 1), self.max_model_len)
+
+    def describe(self) -> str:
+        return (f"prompts ~N({self.input_mean:g}, {self.input_std:g}) tok, outputs "
+                f"~N({self.output_mean:g}, {self.output_std:g}) tok, in [1, {self.max_model_len}]")
 
 
-def csv_trace_workload(path: str, num_prompts: Optional[int] = None,
-                       max_concurrency: Optional[int] = None) -> Workload:
-    """A plain CSV trace: header `arrival_s,prompt_len,output_len`, optionally an `id` column."""
-    check_csv_header(path)
+def _span(low_high: tuple[int, int]) -> str:
+    low, high = low_high
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def synthetic_requests(lengths: Lengths, num_prompts: int, request_rate: float, burstiness: float,
+                       length_rng: random.Random, arrival_rng: random.Random) -> Iterator[Request]:
+    times = arrival_times(arrival_rng, request_rate, burstiness)
+    for index in range(num_prompts):
+        arrival_s = next(times)
+        prompt_len, output_len = lengths.draw(length_rng)
+        yield Request(str(index), arrival_s, prompt_len, output_len)
+
+
+# -- building workloads ---------------------------------------------------------------------------
+
+def mixed_workload(num_prompts: int = DEFAULT_NUM_PROMPTS,
+                   request_rate: float = MIXED_REQUEST_RATE, burstiness: float = 1.0,
+                   seed: int = 0, max_concurrency: Optional[int] = None) -> Workload:
+    """The lesson's default traffic: 90% chat-sized prompts, 10% long documents."""
+    lengths = MixedLengths()
 
     def make_requests() -> Iterator[Request]:
-        return read_csv_trace(path, num_prompts)
+        rng = random.Random(seed)  # one generator for gaps and lengths: the lesson's draws
+        return synthetic_requests(lengths, num_prompts, request_rate, burstiness, rng, rng)
 
-    params = {"name": "trace", "trace": path, "trace_format": "csv", "num_prompts": num_prompts,
-              "max_concurrency": max_concurrency}
-    return Workload("trace", f"trace {path}", params, make_requests, max_concurrency)
-
-
-def check_csv_header(path: str) -> None:
-    """Fail before any simulation starts if the file is missing or its header is wrong."""
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            header = next(csv.reader(f), None)
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read trace ({error.strerror})") from None
-    missing = [c for c in CSV_COLUMNS if header is None or c not in header]
-    if missing:
-        raise WorkloadError(f"{path}:1: missing column(s) {', '.join(missing)}; the header must "
-                            f"name {','.join(CSV_COLUMNS)} (and optionally id)")
+    return _synthetic_workload("mixed", lengths, {"long_fraction": lengths.long_fraction},
+                               make_requests, num_prompts, request_rate, burstiness, seed,
+                               max_concurrency)
 
 
-def read_csv_trace(path: str, num_prompts: Optional[int] = None) -> Iterator[Request]:
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        previous_s = 0.0
-        for index, row in enumerate(reader):
-            if num_prompts is not None and index >= num_prompts:
-                return
-            line = reader.line_num
-            arrival_s = _number(row, "arrival_s", False, 0, path, line)
-            if arrival_s < previous_s:
-                raise WorkloadError(f"{path}:{line}: arrival_s {arrival_s} goes backwards "
-                                    f"(previous {previous_s}); rows must be in arrival order")
-            previous_s = arrival_s
-            request_id = row.get("id") or str(index)
-            yield Request(request_id, arrival_s, _number(row, "prompt_len", True, 1, path, line),
-                          _number(row, "output_len", True, 1, path, line))
+def random_workload(input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
+                    num_prompts: int = DEFAULT_NUM_PROMPTS, request_rate: float = math.inf,
+                    burstiness: float = 1.0, seed: int = 0,
+                    max_concurrency: Optional[int] = None) -> Workload:
+    """`vllm bench serve --dataset-name random`; by default everything is sent at t=0."""
+    lengths = RandomLengths(input_len, output_len, range_ratio)
+    params = {"random_input_len": input_len, "random_output_len": output_len,
+              "random_range_ratio": range_ratio, "input_len_range": list(lengths.input_range),
+              "output_len_range": list(lengths.output_range)}
+    make_requests = _separate_streams(lengths, num_prompts, request_rate, burstiness, seed)
+    return _synthetic_workload("random", lengths, params, make_requests, num_prompts,
+                               request_rate, burstiness, seed, max_concurrency)
 
 
-def _number(row: dict, column: str, integer: bool, minimum: float, path: str, line: int):
-    text = row.get(column)
-    try:
-        value = int(text) if integer else float(text)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"{path}:{line}: {column} must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value < minimum:
-        raise WorkloadError(f"{path}:{line}: {column} must be a number >= {minimum}, got {text}")
-    return value
+def normal_workload(input_mean: float = 1024, input_std: float = 256, output_mean: float = 1500,
+                    output_std: float = 600, max_model_len: int = 8192, num_prompts: int = DEFAULT_NUM_PROMPTS,
+                    request_rate: float = math.inf, burstiness: float = 1.0, seed: int = 0,
+                    max_concurrency: Optional[int] = None) -> Workload:
+    """Normally distributed lengths; the defaults are exercise 4's outputs."""
+    lengths = NormalLengths(input_mean, input_std, output_mean, output_std, max_model_len)
+    params = {"input_mean": input_mean, "input_std": input_std, "output_mean": output_mean,
+              "output_std": output_std, "max_model_len": max_model_len}
+    make_requests = _separate_streams(lengths, num_prompts, request_rate, burstiness, seed)
+    return _synthetic_workload("normal", lengths, params, make_requests, num_prompts,
+                               request_rate, burstiness, seed, max_concurrency)
+
+
+def _separate_streams(lengths: Lengths, num_prompts: int, request_rate: float,
+                      burstiness: float, seed: int) -> Callable[[], Iterator[Request]]:
+    """Lengths and gaps from two generators, as vllm bench serve samples them apart: the same
+    seed sends the same requests at any --request-rate or --max-concurrency."""
+    def make_requests() -> Iterator[Request]:
+        return synthetic_requests(lengths, num_prompts, request_rate, burstiness,
+                                  random.Random(seed), random.Random(f"arrivals {seed}"))
+    return make_requests
+
+
+def _synthetic_workload(name: str, lengths: Lengths, length_params: dict,
+                        make_requests: Callable[[], Iterator[Request]], num_prompts: int,
+                        request_rate: float, burstiness: float, seed: int,
+                        max_concurrency: Optional[int]) -> Workload:
+    check_sending(num_prompts, max_concurrency)
+    check_arrival_rate(request_rate, burstiness)
+    params = {"name": name, "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
+              "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
+              **length_params}
+    description = _describe(name, lengths, num_prompts, request_rate, burstiness, seed,
+                            max_concurrency)
+    return Workload(name, description, params, make_requests, max_concurrency)
+
+
+def _describe(name: str, lengths: Lengths, num_prompts: int, request_rate: float,
+              burstiness: float, seed: int, max_concurrency: Optional[int]) -> str:
+    if math.isinf(request_rate):
+        sending = "all sent at t=0"
+    elif burstiness == 1.0:
+        sending = f"{request_rate:g} req/s Poisson"
+    else:
+        sending = f"{request_rate:g} req/s, gamma gaps of burstiness {burstiness:g}"
+    return (f"{name}: {num_prompts} requests, {sending}, {lengths.describe()}, seed {seed}"
+            + closed_loop_note(max_concurrency))
+
+
+def closed_loop_note(max_concurrency: Optional[int]) -> str:
+    if max_concurrency is None:
+        return ""
+    return f", at most {max_concurrency} in flight (closed loop)"
+
+
+def _json_rate(request_rate: float):
+    """JSON has no infinity; like vllm bench serve's result file, an infinite rate is "inf"."""
+    return "inf" if math.isinf(request_rate) else request_rate
+
+
+# -- checks shared by every workload --------------------------------------------------------------
+
+def check_sending(num_prompts: Optional[int], max_concurrency: Optional[int]) -> None:
+    if num_prompts is not None:
+        require_positive_int("--num-prompts", num_prompts)
+    if max_concurrency is not None:
+        require_positive_int("--max-concurrency", max_concurrency)
+
+
+def check_arrival_rate(request_rate: float, burstiness: float) -> None:
+    if not (request_rate > 0 and not math.isnan(request_rate)):
+        raise WorkloadError(f"--request-rate must be > 0 (or inf), got {request_rate}")
+    if not (burstiness > 0 and math.isfinite(burstiness)):
+        raise WorkloadError(f"--burstiness must be a positive number, got {burstiness}")
+
+
+def require_positive_int(flag: str, value: int) -> None:
+    if value < 1:
+        raise WorkloadError(f"{flag} must be a positive integer, got {value}")

@@ -7,13 +7,13 @@ from forward_model import make_clock
 from gpu_memory import plan_memory
 from main import simulate
 from modes import MODES
-from workload import MixedTraffic, mixed_workload
+from workload import DEFAULT_NUM_PROMPTS, mixed_workload
 
 
 def default_results(seed):
     config = EngineConfig()
     plan, clock = plan_memory(config), make_clock(config)
-    workload = mixed_workload(MixedTraffic.num_prompts, MixedTraffic.request_rate, 1.0, seed)
+    workload = mixed_workload(seed=seed)
     return {mode.name: simulate(workload, mode, config, plan.num_gpu_blocks, clock).summary()
             for mode in MODES.values()}
 
@@ -27,4 +27,4 @@ def test_continuous_beats_static_beats_naive_and_chunking_cuts_the_itl_tail(seed
             > naive["output_throughput"])
     assert chunked["p99_itl_ms"] < continuous["p99_itl_ms"]
     assert abs(chunked["output_throughput"] / continuous["output_throughput"] - 1) < 0.10
-    assert all(m["completed"] == MixedTraffic.num_prompts for m in r.values())
+    assert all(m["completed"] == DEFAULT_NUM_PROMPTS for m in r.values())

@@ -1,0 +1,242 @@
+"""Trace file formats: reading the requests a real service logged, one row at a time.
+
+Four formats, told apart by their first line (or named with `--trace-format`):
+
+    format    first line                                   time           prompt, output (tokens)
+    azure     TIMESTAMP,ContextTokens,GeneratedTokens      date and time  ContextTokens,
+                                                                          GeneratedTokens
+    burstgpt  Timestamp,Model,Request tokens,              seconds        Request tokens,
+              Response tokens,Total tokens,Log Type                       Response tokens
+    mooncake  {"timestamp": 0, "input_length": 6758,       milliseconds   input_length,
+               "output_length": 500, "hash_ids": [...]}                   output_length
+    csv       arrival_s,prompt_len,output_len[,id]         seconds        prompt_len, output_len
+
+Azure's timestamps look like `2023-11-16 18:17:03.9799600`: seven fractional digits (100 ns
+ticks), one more than `strptime`'s `%f` accepts, so the fraction is read by hand. Mooncake's
+`hash_ids` (shared-prefix blocks) are ignored: servesim has no prefix cache. BurstGPT logs a
+failed request with 0 response tokens; its reader marks such rows `failed` (trace_replay.py skips
+and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
+
+Files are read line by line, never loaded whole. A bad row raises one `WorkloadError` line naming
+the file, the line number and what is wrong.
+"""
+
+import csv
+import json
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Callable, Iterator, Optional
+
+from workload import WorkloadError
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    line: int               # line number in the file, for error messages
+    timestamp_s: float      # on the trace's own clock
+    timestamp_text: str     # as written, for error messages
+    prompt_len: int
+    output_len: int
+    request_id: Optional[str] = None  # the plain csv format's optional id column
+    failed: bool = False    # BurstGPT: the service logged this request as failed
+
+
+# -- reading a timestamp ---------------------------------------------------------------------
+
+EPOCH = datetime(1970, 1, 1)
+
+
+def azure_seconds(text: str) -> float:
+    """'2023-11-16 18:17:03.9799600' -> seconds since 1970 (no time zone: only gaps matter).
+
+    A float holds such a time to within 0.25 microseconds, far below one engine step.
+    """
+    whole, _, fraction = text.partition(".")
+    moment = datetime.fromisoformat(whole)  # raises ValueError on anything but a date and time
+    if moment.tzinfo is not None or (fraction and not fraction.isdigit()):
+        raise ValueError(text)
+    seconds = (moment - EPOCH) / timedelta(seconds=1)
+    if fraction:
+        seconds += int(fraction) / 10 ** len(fraction)
+    return seconds
+
+
+# -- the CSV formats -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CsvLayout:
+    """Which columns of a CSV trace hold the time and the lengths, and how to read the time."""
+    name: str
+    timestamp_column: str
+    prompt_column: str
+    output_column: str
+    to_seconds: Callable[[str], float]  # timestamp text -> seconds on the trace's clock
+    timestamp_kind: str                 # what a timestamp must look like, for error messages
+    zero_output_means_failed: bool = False  # BurstGPT's failed requests
+    id_column: Optional[str] = None
+
+    @property
+    def required_columns(self) -> tuple[str, str, str]:
+        return (self.timestamp_column, self.prompt_column, self.output_column)
+
+
+CSV_LAYOUTS = {
+    "azure": CsvLayout("azure", "TIMESTAMP", "ContextTokens", "GeneratedTokens", azure_seconds,
+                       "a date and time like 2023-11-16 18:17:03.9799600"),
+    "burstgpt": CsvLayout("burstgpt", "Timestamp", "Request tokens", "Response tokens", float,
+                          "a number of seconds", zero_output_means_failed=True),
+    "csv": CsvLayout("csv", "arrival_s", "prompt_len", "output_len", float,
+                     "a number of seconds", id_column="id"),
+}
+TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "csv")
+
+
+def read_csv_rows(path: str, layout: CsvLayout) -> Iterator[TraceRow]:
+    with open_trace(path, newline="") as file:
+        reader = csv.reader(file)
+        try:
+            columns = column_indexes(path, next(reader, []), layout)
+            for fields in reader:
+                if fields:  # skip blank lines
+                    yield csv_row(path, reader.line_num, fields, columns, layout)
+        except csv.Error as error:
+            raise trace_error(path, reader.line_num, f"not valid CSV ({error})") from None
+
+
+def column_indexes(path: str, header: list[str], layout: CsvLayout) -> dict[str, int]:
+    """Where each column the layout reads sits in the header (the id column only if present)."""
+    names = [name.strip() for name in header]
+    missing = [column for column in layout.required_columns if column not in names]
+    if missing:
+        raise trace_error(path, 1, f"missing column {', '.join(missing)}; a {layout.name} trace's "
+                                   f"header names {','.join(layout.required_columns)}")
+    columns = {column: names.index(column) for column in layout.required_columns}
+    if layout.id_column is not None and layout.id_column in names:
+        columns[layout.id_column] = names.index(layout.id_column)
+    return columns
+
+
+def csv_row(path: str, line: int, fields: list[str], columns: dict[str, int],
+            layout: CsvLayout) -> TraceRow:
+    def value(column: str) -> str:
+        index = columns[column]
+        return fields[index].strip() if index < len(fields) else ""
+
+    def required(column: str) -> str:
+        if not value(column):
+            raise trace_error(path, line, f"missing value for {column}")
+        return value(column)
+
+    timestamp_text = required(layout.timestamp_column)
+    timestamp_s = parse_timestamp(path, line, layout.timestamp_column, timestamp_text,
+                                  layout.to_seconds, layout.timestamp_kind)
+    prompt_len = parse_tokens(path, line, layout.prompt_column, required(layout.prompt_column), 1)
+    min_output = 0 if layout.zero_output_means_failed else 1
+    output_len = parse_tokens(path, line, layout.output_column, required(layout.output_column),
+                              min_output)
+    request_id = value(layout.id_column) if layout.id_column in columns else ""
+    return TraceRow(line, timestamp_s, timestamp_text, prompt_len, output_len,
+                    request_id or None,
+                    failed=layout.zero_output_means_failed and output_len == 0)
+
+
+# -- Mooncake's JSON lines -------------------------------------------------------------------
+
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")  # hash_ids: ignored
+
+
+def read_mooncake_rows(path: str) -> Iterator[TraceRow]:
+    """One JSON object a line; its numbers go through the same checks as CSV text."""
+    with open_trace(path) as file:
+        for line, text in enumerate(file, start=1):
+            if text.strip():
+                yield mooncake_row(path, line, text)
+
+
+def mooncake_row(path: str, line: int, text: str) -> TraceRow:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise trace_error(path, line, f"not a JSON object ({error.msg})") from None
+    if not isinstance(record, dict):
+        raise trace_error(path, line, "not a JSON object")
+    for key in MOONCAKE_FIELDS:
+        if key not in record:
+            raise trace_error(path, line, f"missing field {key}")
+    timestamp_text = str(record["timestamp"])
+    timestamp_ms = parse_timestamp(path, line, "timestamp", timestamp_text, float,
+                                   "a number of milliseconds")
+    return TraceRow(line, timestamp_ms / 1000, timestamp_text + " ms",
+                    parse_tokens(path, line, "input_length", str(record["input_length"]), 1),
+                    parse_tokens(path, line, "output_length", str(record["output_length"]), 1))
+
+
+# -- checks shared by every format -----------------------------------------------------------
+
+def parse_timestamp(path: str, line: int, column: str, text: str,
+                    to_seconds: Callable[[str], float], kind: str) -> float:
+    try:
+        value = to_seconds(text)
+    except ValueError:
+        raise trace_error(path, line, f"{column} must be {kind}, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise trace_error(path, line, f"{column} must be a finite time >= 0, got {text}")
+    return value
+
+
+def parse_tokens(path: str, line: int, column: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise trace_error(path, line, f"{column} must be a whole number of tokens, "
+                                      f"got {text!r}") from None
+    if value < minimum:
+        raise trace_error(path, line, f"{column} must be >= {minimum}, got {value}")
+    return value
+
+
+def trace_error(path: str, line: int, problem: str) -> WorkloadError:
+    return WorkloadError(f"{path}:{line}: {problem}")
+
+
+@contextmanager
+def open_trace(path: str, newline: Optional[str] = None):
+    """Open a trace as text; an unreadable or binary file becomes one clear error line."""
+    try:
+        with open(path, encoding="utf-8-sig", newline=newline) as file:
+            yield file
+    except OSError as error:
+        raise WorkloadError(f"{path}: cannot read trace ({error.strerror})") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{path}: not a text file; a trace is CSV or JSON lines "
+                            "in UTF-8") from None
+
+
+# -- which format ----------------------------------------------------------------------------
+
+def detect_format(path: str) -> str:
+    """Tell the format from the first line: a JSON object is Mooncake, else the CSV header."""
+    with open_trace(path, newline="") as file:
+        first_line = file.readline()
+    if not first_line.strip():
+        raise trace_error(path, 1, "empty first line; a trace starts with its CSV header or, "
+                                   "for Mooncake, its first JSON object")
+    if first_line.lstrip().startswith("{"):
+        return "mooncake"
+    header = {name.strip() for name in next(csv.reader([first_line]), [])}
+    for name, layout in CSV_LAYOUTS.items():
+        if set(layout.required_columns) <= header:
+            return name
+    known = "; ".join(f"{name}: {','.join(layout.required_columns)}"
+                      for name, layout in CSV_LAYOUTS.items())
+    raise trace_error(path, 1, f"cannot tell the trace format from this line; expected a header "
+                               f"({known}) or a Mooncake JSON object, or name it with "
+                               f"--trace-format")
+
+
+def trace_rows(path: str, trace_format: str) -> Iterator[TraceRow]:
+    if trace_format == "mooncake":
+        return read_mooncake_rows(path)
+    return read_csv_rows(path, CSV_LAYOUTS[trace_format])

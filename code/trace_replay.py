@@ -1,0 +1,107 @@
+"""Trace replay: a real service's requests, sent at the times it saw them.
+
+A trace file (trace_formats.py reads the four formats) gives each request a timestamp and its
+lengths. Replay keeps the trace's own gaps; a request arrives at
+
+    arrival_s = (its timestamp - the first request's timestamp) x time_scale
+
+so `--trace-time-scale 2` stretches the trace to twice its length (half the request rate) and
+0.5 compresses it (twice the rate), as Vidur's `time_scale_factor` and SGLang's
+`--mooncake-slowdown-factor` multiply timestamps. Rows must come in time order; equal timestamps
+are fine. `--num-prompts N` replays the first N requests; BurstGPT's failed requests are skipped
+(and counted), never served.
+
+Every mode reads the file again, line by line: nothing is loaded whole.
+"""
+
+import math
+from typing import Iterator, Optional
+
+from request import Request
+from trace_formats import TRACE_FORMATS, TraceRow, detect_format, trace_error, trace_rows
+from workload import Workload, WorkloadError, check_sending, closed_loop_note
+
+
+class TraceReplay:
+    """One pass over a trace file: its requests in arrival order, on servesim's clock.
+
+    Counts what it read, so that a first pass can check the whole file and report its size
+    (requests, span, failed rows skipped) before any mode runs.
+    """
+
+    def __init__(self, path: str, trace_format: str, num_prompts: Optional[int],
+                 time_scale: float):
+        self.path = path
+        self.trace_format = trace_format
+        self.num_prompts = num_prompts  # None: every row
+        self.time_scale = time_scale
+        self.num_requests = 0
+        self.num_failed_skipped = 0
+        self.last_arrival_s = 0.0
+
+    def __iter__(self) -> Iterator[Request]:
+        first_s: Optional[float] = None
+        previous: Optional[TraceRow] = None
+        for row in trace_rows(self.path, self.trace_format):
+            if previous is not None and row.timestamp_s < previous.timestamp_s:
+                raise trace_error(self.path, row.line, f"time goes backwards: "
+                                  f"{row.timestamp_text} is earlier than line {previous.line}'s "
+                                  f"{previous.timestamp_text}; rows must be in time order")
+            previous = row
+            if row.failed:
+                self.num_failed_skipped += 1
+                continue
+            if first_s is None:
+                first_s = row.timestamp_s
+            arrival_s = (row.timestamp_s - first_s) * self.time_scale
+            request_id = row.request_id or str(self.num_requests)
+            self.num_requests += 1
+            self.last_arrival_s = arrival_s
+            yield Request(request_id, arrival_s, row.prompt_len, row.output_len)
+            if self.num_requests == self.num_prompts:
+                return
+
+
+def trace_workload(path: str, trace_format: Optional[str] = None,
+                   num_prompts: Optional[int] = None, time_scale: float = 1.0,
+                   max_concurrency: Optional[int] = None) -> Workload:
+    """Replay a trace file: its first `num_prompts` requests (None: all), gaps x `time_scale`.
+
+    Reads the file once here, to check every row the run will use and to count them, so that a
+    bad line fails before any mode runs and the report can say how long the trace is.
+    """
+    check_sending(num_prompts, max_concurrency)
+    if not (math.isfinite(time_scale) and time_scale >= 0):
+        raise WorkloadError(f"--trace-time-scale must be a number >= 0 (1 keeps the trace's "
+                            f"own gaps), got {time_scale}")
+    if trace_format is None:
+        trace_format = detect_format(path)
+    elif trace_format not in TRACE_FORMATS:
+        raise WorkloadError(f"--trace-format must be one of {', '.join(TRACE_FORMATS)}, "
+                            f"got {trace_format!r}")
+    scan = TraceReplay(path, trace_format, num_prompts, time_scale)
+    for _ in scan:
+        pass  # reading is checking; the counts stay on `scan`
+    if scan.num_requests == 0:
+        skipped = scan.num_failed_skipped
+        failed = f" ({skipped} failed rows skipped)" if skipped else ""
+        raise WorkloadError(f"{path}: no requests to replay{failed}")
+
+    def make_requests() -> Iterator[Request]:
+        return iter(TraceReplay(path, trace_format, num_prompts, time_scale))
+
+    params = {"name": "trace", "trace": path, "trace_format": trace_format,
+              "num_prompts": num_prompts, "trace_time_scale": time_scale,
+              "max_concurrency": max_concurrency, "num_requests": scan.num_requests,
+              "trace_span_s": scan.last_arrival_s,
+              "num_failed_rows_skipped": scan.num_failed_skipped}
+    return Workload("trace", describe_replay(scan) + closed_loop_note(max_concurrency), params,
+                    make_requests, max_concurrency)
+
+
+def describe_replay(scan: TraceReplay) -> str:
+    scale = "" if scan.time_scale == 1 else f" (the trace's gaps x{scan.time_scale:g})"
+    failed = (f", {scan.num_failed_skipped} failed requests skipped"
+              if scan.num_failed_skipped else "")
+    return (f"trace {scan.path} ({scan.trace_format}): {scan.num_requests:,} requests over "
+            f"{scan.last_arrival_s:,.1f} s{scale}{failed}")

@@ -1,0 +1,96 @@
+"""Replaying a trace through the engine: its span, and one client at a time.
+
+With `--max-concurrency 1` only one request is ever in flight, so a continuous-batching engine
+serves exactly as NAIVE does: the same steps, every token at the same virtual time. What differs
+is only what "arrival" means: an open-loop NAIVE request waits in the server's queue, and that
+wait is in its TTFT; a closed-loop client waits at home and sends later, so it is not.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import main
+from config import EngineConfig
+from forward_model import make_clock
+from gpu_memory import plan_memory
+from modes import MODES
+from request import RequestStatus
+from trace_replay import trace_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Arrivals 0, 0.01, 0.02 s queue up behind each other; the 9,000-token prompt is rejected.
+QUEUEING_TRACE = ("arrival_s,prompt_len,output_len\n"
+                  "0.00,900,12\n"
+                  "0.01,300,20\n"
+                  "0.02,9000,5\n"
+                  "0.02,600,8\n"
+                  "3.00,100,6\n")
+# Every key of a run's summary but the KV ones (paged blocks vs contiguous reservations).
+KV_KEYS = {"kv_waste_pct", "peak_kv_usage_pct"}
+
+
+def write(tmp_path, text: str) -> str:
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    return str(path)
+
+
+def serve(workload, mode_name: str):
+    # A token budget that holds every prompt, so that chunked prefill never cuts one.
+    config = EngineConfig(max_num_batched_tokens=8192)
+    return main.simulate(workload, MODES[mode_name], config, plan_memory(config).num_gpu_blocks,
+                         make_clock(config))
+
+
+def token_times(recorder) -> dict:
+    return {r.request_id: (r.status, r.first_token_s, r.last_token_s, r.num_output_tokens)
+            for r in recorder.requests}
+
+
+@pytest.mark.parametrize("time_scale", [1.0, 2.0])
+def test_a_replay_lasts_at_least_the_trace_span(tmp_path, time_scale):
+    workload = trace_workload(write(tmp_path, QUEUEING_TRACE), time_scale=time_scale)
+    assert workload.params["trace_span_s"] == 3.0 * time_scale
+    for mode_name in MODES:
+        assert serve(workload, mode_name).summary()["duration"] >= 3.0 * time_scale
+
+
+@pytest.mark.parametrize("mode_name", ["continuous", "chunked"])
+def test_one_client_at_a_time_is_served_exactly_as_naive(tmp_path, mode_name):
+    path = write(tmp_path, QUEUEING_TRACE)
+    naive = serve(trace_workload(path), "naive")
+    one_client = serve(trace_workload(path, max_concurrency=1), mode_name)
+
+    assert token_times(one_client) == token_times(naive)  # every request, every token time
+    assert token_times(naive)["2"][0] is RequestStatus.REJECTED
+    naive_summary, client_summary = naive.summary(), one_client.summary()
+    for key in ("duration", "num_steps", "total_output_tokens", "output_throughput",
+                "mean_tpot_ms", "p99_itl_ms"):
+        assert client_summary[key] == naive_summary[key]
+    # The queue NAIVE's requests waited in is the wait the closed-loop clients spent unsent.
+    assert client_summary["mean_ttft_ms"] < naive_summary["mean_ttft_ms"]
+
+
+@pytest.mark.parametrize("mode_name", ["continuous", "chunked"])
+def test_with_one_client_on_both_sides_every_metric_but_kv_is_equal(tmp_path, mode_name):
+    path = write(tmp_path, QUEUEING_TRACE)
+    naive = serve(trace_workload(path, max_concurrency=1), "naive").summary()
+    continuous = serve(trace_workload(path, max_concurrency=1), mode_name).summary()
+    assert {k: v for k, v in continuous.items() if k not in KV_KEYS} == \
+           {k: v for k, v in naive.items() if k not in KV_KEYS}
+
+
+def test_bad_trace_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    path = write(tmp_path, QUEUEING_TRACE + "1.0,50,x\n")
+    step_log = tmp_path / "steps.jsonl"
+    run = subprocess.run([sys.executable, str(ROOT / "code" / "main.py"), "--trace", path,
+                          "--step-log", str(step_log)], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr == (f"servesim: error: {path}:7: output_len must be a whole number of "
+                          "tokens, got 'x'\n")
+    assert list(tmp_path.iterdir()) == [tmp_path / "trace.csv"]  # no step log, no partial file
