@@ -9,6 +9,7 @@ import argparse
 import sys
 from dataclasses import fields
 
+import lesson_check
 import report
 from config import ConfigError, EngineConfig
 from forward_model import make_clock
@@ -40,7 +41,7 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
         description="Serve one workload in each mode and print a table: output tok/s = output "
                     "tokens / duration; TTFT = first token - arrival; TPOT = mean gap after the "
                     "first token; ITL = every gap between tokens; seqs/step = mean batch size; "
-                    "padding %% = computed tokens that were padding; KV waste %% = reserved KV "
+                    "padding % = computed tokens that were padding; KV waste % = reserved KV "
                     "slots holding no token, averaged over time. Times on the virtual clock.")
     add_engine_flags(compare, knobs)
     add_workload_flags(compare)
@@ -50,6 +51,13 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
                                   description="Every GPU and model preset with derived figures: "
                                               "parameters, weight GiB, KV bytes per token.")
     presets.set_defaults(command=run_presets)
+    check = commands.add_parser(
+        "lesson-check", help="the lesson's numbers against physics and simulation",
+        description="For each number the lesson asks you to remember: the claim, what servesim "
+                    "computes or simulates under the lesson's setup (Llama-3.3-70B FP8 on one "
+                    "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
+                    "limit that decides it (memory capacity, bandwidth floor, compute peak).")
+    check.set_defaults(command=run_lesson_check)
     return parser
 
 
@@ -183,6 +191,12 @@ def run_compare(args: argparse.Namespace, simulate) -> int:
 
 def run_presets(args: argparse.Namespace, simulate) -> int:
     print("\n".join(report.presets_tables()))
+    return 0
+
+
+def run_lesson_check(args: argparse.Namespace, simulate) -> int:
+    checker = lesson_check.LessonCheck(simulate)
+    print("\n".join(lesson_check.report_lines(checker.checks())))
     return 0
 
 

@@ -12,6 +12,7 @@ Every figure printed comes from `presets.py`, `gpu_memory.py`, `forward_model.py
 engine; nothing here is typed in except the claims themselves.
 """
 
+import textwrap
 from dataclasses import dataclass, field, replace
 
 from config import ConfigError, EngineConfig
@@ -55,7 +56,7 @@ class LessonCheck:
         self._cache: dict = {}
 
     def run(self, config: EngineConfig, mode: str, workload_name: str) -> dict:
-        key = (config, mode, workload_name)
+        key = (repr(config), mode, workload_name)  # EngineConfig is mutable: not hashable
         if key not in self._cache:
             plan = plan_memory(config)
             self._cache[key] = self.simulate(WORKLOADS[workload_name](), MODES[mode], config,
@@ -90,14 +91,16 @@ class LessonCheck:
         floor = 2 * model.num_linear_params * tokens / (gpu.fp8_tflops * 1e12)
         check.findings.append(f"one H100: {seconds * 1000:,.0f} ms; even at 100% of the FP8 peak "
                               f"the linear layers alone take {floor * 1000:,.0f} ms")
-        holds = next((c for c in ELSEWHERE if prefill_seconds(c, tokens) <= 0.8 * 1.1), None)
-        if holds:
-            check.findings.append(f"{hardware_name(holds)}: "
-                                  f"{prefill_seconds(holds, tokens) * 1000:,.0f} ms")
+        holds = next((c for c in ELSEWHERE if in_band(prefill_seconds(c, tokens), 0, 0.8)), None)
+        shown = holds or ELSEWHERE[-1]
+        check.findings.append(f"{hardware_name(shown)}: "
+                              f"{prefill_seconds(shown, tokens) * 1000:,.0f} ms")
         flops = 2 * model.num_linear_params * tokens
-        check.verdict = (f"cannot hold on one H100 (compute peak): 2 x {model.num_linear_params / 1e9:.1f}"
-                         f" B linear params x {tokens:,} tokens is {flops / 1e15:.1f} PFLOP"
-                         + (f"; holds on {hardware_name(holds)}" if holds else ""))
+        check.verdict = (f"cannot hold on one H100 (compute peak): 2 x "
+                         f"{model.num_linear_params / 1e9:.1f} B linear params x {tokens:,} tokens "
+                         f"is {flops / 1e15:.1f} PFLOP"
+                         + (f"; holds on {hardware_name(holds)}" if holds else
+                            f"; not even on {hardware_name(shown)}"))
         return check
 
     # -- simulations --------------------------------------------------------------------------
@@ -113,18 +116,16 @@ class LessonCheck:
             f"one H100 at utilization 0.95 with FP8 KV: {plan.kv_cache_bytes / GIB:.2f} GiB of KV, "
             f"{result['mean_batch_size']:.0f} sequences per step, "
             f"{result['output_throughput']:,.0f} output tok/s")
-        best = self._first_fitting_throughput()
-        check.findings.append(f"{hardware_name(best[0])}: {best[1]['mean_batch_size']:.0f} "
-                              f"sequences per step, {best[1]['output_throughput']:,.0f} output tok/s")
+        h200 = ELSEWHERE[0]  # the same Hopper compute with room for the KV
+        there = self.run(h200, "chunked", "closed")
+        check.findings.append(f"{hardware_name(h200)}: {there['mean_batch_size']:.0f} sequences "
+                              f"per step, {there['output_throughput']:,.0f} output tok/s")
+        elsewhere = ("holds on " if in_band(there["output_throughput"], 2200, 2400)
+                     else "servesim finds a different figure on ") + hardware_name(h200)
         check.verdict = (f"cannot hold on one H100 (memory capacity): 128 x 1,500 tokens need "
                          f"{needed / GIB:.1f} GiB of KV even in FP8, {plan.kv_cache_bytes / GIB:.1f} "
-                         f"GiB is left after the weights; on {hardware_name(best[0])} servesim "
-                         f"finds {best[1]['output_throughput']:,.0f} tok/s")
+                         f"GiB is left after the weights; {elsewhere}")
         return check
-
-    def _first_fitting_throughput(self):
-        config = ELSEWHERE[0]  # the H200: the same card family with room for the KV
-        return config, self.run(config, "chunked", "closed")
 
     def throughput_unchunked(self) -> Check:
         check = Check("same, vLLM default without chunked prefill: about 1,800 tok/s "
@@ -181,15 +182,22 @@ class LessonCheck:
         holds = None
         for config in ELSEWHERE:
             result = self.run(config, "chunked", "mixed")["p99_itl_ms"]
-            if result <= 15 * 1.1:
+            if in_band(result, 0, 15):
                 holds = (config, result)
                 break
         if holds:
-            check.findings.append(f"{hardware_name(holds[0])}: {holds[1]:,.1f} ms chunked")
+            whole_there = self.run(holds[0], "continuous", "mixed")["p99_itl_ms"]
+            check.findings.append(f"{hardware_name(holds[0])}: {holds[1]:,.1f} ms chunked, "
+                                  f"{whole_there:,.0f} ms unchunked")
         check.verdict = (f"cannot hold on one H100 (bandwidth floor): every decode step streams "
                          f"the weights, {floor * 1000:.1f} ms at full bandwidth"
                          + (f"; holds on {hardware_name(holds[0])}" if holds else ""))
         return check
+
+
+def in_band(value: float, low: float, high: float) -> bool:
+    """Within the claimed range, give or take 10%: servesim is a model, not a measurement."""
+    return 0.9 * low <= value <= 1.1 * high
 
 
 def prefill_seconds(config: EngineConfig, num_tokens: int) -> float:
@@ -219,11 +227,16 @@ WORKLOADS = {
 
 def report_lines(checks: list[Check]) -> list[str]:
     lines = ["servesim lesson-check: Llama-3.3-70B FP8, the lesson's numbers against physics and "
-             "simulation", f"(requests of {INPUT_LEN:,} prompt + {OUTPUT_LEN:,} output tokens from "
-             f"{CONCURRENCY} closed-loop clients unless a check says otherwise)", ""]
+             "simulation",
+             f"(requests of {INPUT_LEN:,} prompt + {OUTPUT_LEN:,} output tokens from {CONCURRENCY} "
+             "closed-loop clients unless a check says otherwise)", ""]
     for number, check in enumerate(checks, start=1):
         lines.append(f"{number}. claim: {check.claim}")
-        lines += [f"   servesim: {finding}" for finding in check.findings]
-        lines.append(f"   verdict: {check.verdict}")
+        lines += [_wrapped(f"   servesim: {finding}") for finding in check.findings]
+        lines.append(_wrapped(f"   verdict: {check.verdict}"))
         lines.append("")
     return lines[:-1]
+
+
+def _wrapped(line: str) -> str:
+    return textwrap.fill(line, width=100, subsequent_indent=" " * 13)

@@ -73,11 +73,19 @@ def takeaways(results: dict[str, dict], forward_model: str) -> list[str]:
                 f"sequences on average ({_ratio(other, naive, 'output_throughput')} NAIVE's "
                 f"output tokens/s).")
     if continuous and chunked:
-        lines.append(
-            f"- Chunked prefill cut P99 ITL from {continuous['p99_itl_ms']:,.0f} ms to "
-            f"{chunked['p99_itl_ms']:,.0f} ms: a whole long prompt stalls every running decode for "
-            f"one long step, a chunk only for a short one. Throughput: "
-            f"{100 * _share(chunked, continuous, 'output_throughput'):.0f}% of CONTINUOUS's.")
+        whole_ms, chunked_ms = continuous["p99_itl_ms"], chunked["p99_itl_ms"]
+        throughput_pct = 100 * _share(chunked, continuous, "output_throughput")
+        if chunked_ms < whole_ms:
+            lines.append(
+                f"- Chunked prefill cut P99 ITL from {whole_ms:,.0f} ms to {chunked_ms:,.0f} ms: a "
+                f"whole long prompt stalls every running decode for one long step, a chunk only "
+                f"for a short one. Throughput: {throughput_pct:.0f}% of CONTINUOUS's.")
+        else:
+            lines.append(
+                f"- Chunked prefill did not cut P99 ITL here ({whole_ms:,.0f} ms without, "
+                f"{chunked_ms:,.0f} ms with): decodes now share steps with prompt chunks, so when "
+                f"no prompt is long enough to stall them, their gaps grow. Throughput: "
+                f"{throughput_pct:.0f}% of CONTINUOUS's.")
     if best and static:
         lines.append(
             f"- Mean TTFT {static['mean_ttft_ms']:,.0f} ms (STATIC) vs {best['mean_ttft_ms']:,.0f} ms "

@@ -1,0 +1,66 @@
+"""lesson-check: every verdict follows from the figures printed beside it."""
+
+import re
+
+import pytest
+
+from lesson_check import LessonCheck, in_band, report_lines
+from main import simulate
+
+
+@pytest.fixture(scope="module")
+def checks():
+    return LessonCheck(simulate).checks()
+
+
+def numbers(text: str) -> list[float]:
+    return [float(n.replace(",", "")) for n in re.findall(r"\d[\d,]*\.?\d*", text)]
+
+
+def test_kv_per_sequence_is_computed_from_the_model_and_is_off_by_the_printed_factor(checks):
+    check = checks[0]
+    assert "327,680 B/token" in check.findings[0] and "2.68 GB" in check.findings[0]
+    assert check.verdict.startswith(f"off by {2.68 / 1.25:.1f}x")
+
+
+def test_prefill_verdict_matches_the_printed_times(checks):
+    check = checks[1]
+    one_h100_ms = numbers(check.findings[0])[1]
+    assert one_h100_ms > 800 * 1.1 and check.verdict.startswith("cannot hold on one H100")
+    elsewhere_ms = numbers(check.findings[1])[-1]
+    assert ("; holds on" in check.verdict) == in_band(elsewhere_ms / 1000, 0, 0.8)
+
+
+def test_throughput_verdict_matches_the_simulated_figures(checks):
+    check = checks[2]
+    assert "would refuse to start" in check.findings[0]
+    h100_tok_s = numbers(check.findings[1])[-1]
+    h200_tok_s = numbers(check.findings[2])[-1]
+    assert h100_tok_s < 2200 and "cannot hold on one H100 (memory capacity)" in check.verdict
+    assert ("holds on" in check.verdict) == in_band(h200_tok_s, 2200, 2400)
+
+
+def test_naive_loop_cannot_beat_its_printed_bandwidth_ceiling(checks):
+    check = checks[4]
+    naive_tok_s, _, ceiling_tok_s = numbers(check.findings[0])[-3:]
+    assert naive_tok_s <= ceiling_tok_s < 600
+
+
+def test_kv_waste_verdict_matches_the_printed_waste(checks):
+    check = checks[5]
+    paged_pct = numbers(check.findings[0].split("paged")[1])[0]
+    assert check.verdict.startswith("holds") == (paged_pct < 4)
+
+
+def test_itl_verdict_names_the_bandwidth_floor_it_prints(checks):
+    check = checks[6]
+    floor_ms = numbers(check.verdict.split("full bandwidth")[0])[-1]
+    assert floor_ms > 15 and check.verdict.startswith("cannot hold on one H100 (bandwidth floor)")
+    if "holds on" in check.verdict:
+        assert numbers(check.findings[1].split(":")[1])[0] <= 15 * 1.1
+
+
+def test_report_numbers_every_claim(checks):
+    text = "\n".join(report_lines(checks))
+    assert [line.split(".")[0] for line in text.splitlines() if re.match(r"\d\. claim", line)] == [
+        str(n) for n in range(1, len(checks) + 1)]
