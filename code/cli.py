@@ -6,21 +6,27 @@ valid, and exit status 2; nothing is written before every input has been checked
 """
 
 import argparse
+import math
 import sys
 from dataclasses import fields
 
 import lesson_check
 import report
+import views
 from config import ConfigError, EngineConfig
 from forward_model import make_clock
-from gpu_memory import lookup, plan_memory
+from goodput import parse_goodput
+from gpu_memory import plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
-from step_log import StepLog
+from sweep import SWEEP_GOODPUT, SWEEP_MODES, SWEEP_RATES, parse_loads
+from timeline import parse_timeline_spec
 from workload import WorkloadError
+from views import Outputs, Setup
 from workload_flags import add_workload_flags, workload_from_args
 
 DEFAULTS = EngineConfig()
+DEFAULT_TIMELINE_STEPS = 16
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -46,7 +52,39 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
     add_engine_flags(compare, knobs)
     add_workload_flags(compare)
     add_output_flags(compare, knobs)
+    add_goodput_flag(compare)
+    add_picture_flags(compare, timeline=True)
     compare.set_defaults(command=run_compare)
+    run = commands.add_parser(
+        "run", help="one mode in depth: vllm bench serve's result block, timeline, charts",
+        description="Serve one workload in one mode and print the block `vllm bench serve` "
+                    "prints (same labels and order), then servesim's own section: engine steps; "
+                    "mean batch size = requests per step; preemptions; padding %% = computed "
+                    "tokens that were padding; KV waste %% = reserved KV slots holding no token, "
+                    "averaged over time; peak KV use %% = most KV slots reserved at once, of the "
+                    "pool. Failed requests are those rejected (prompt too long for "
+                    "--max-model-len). Peak output token throughput = most tokens in one whole "
+                    "second; peak concurrent requests = most requests in flight at once. Times "
+                    "on the virtual clock.")
+    add_engine_flags(run, knobs)
+    add_workload_flags(run)
+    add_run_output_flags(run)
+    add_goodput_flag(run)
+    add_percentile_flags(run)
+    add_picture_flags(run, timeline=True)
+    run.set_defaults(command=run_one_mode)
+    sweep_parser = commands.add_parser(
+        "sweep", help="rising load in each mode: the latency-throughput curve",
+        description="Serve the same workload at each request rate (or concurrency) in each mode "
+                    "and print, per point: output tok/s, P99 TTFT ms, P99 ITL ms and goodput "
+                    "req/s (requests meeting every --goodput SLO, per second). Where a mode's "
+                    "throughput stops rising it is saturated; its latency then climbs. Times on "
+                    "the virtual clock.")
+    add_engine_flags(sweep_parser, knobs)
+    add_workload_flags(sweep_parser)
+    add_sweep_flags(sweep_parser)
+    add_picture_flags(sweep_parser, timeline=False)
+    sweep_parser.set_defaults(command=run_sweep, request_rate=None)
     presets = commands.add_parser("presets", help="list the GPU and model presets",
                                   description="Every GPU and model preset with derived figures: "
                                               "parameters, weight GiB, KV bytes per token.")
@@ -114,9 +152,80 @@ def add_output_flags(parser: argparse.ArgumentParser, knobs: dict) -> None:
                        help="comma list of naive, static, continuous, chunked, or all "
                             f"(default {','.join(knobs['modes'])})")
     parser.set_defaults(knob_modes=knobs["modes"])
+    add_format_flags(group)
+
+
+def add_format_flags(group) -> None:
     group.add_argument("--format", choices=["table", "json"], default="table")
     group.add_argument("--step-log", default=None, metavar="FILE",
                        help="write one JSON line per engine step to FILE")
+
+
+def add_run_output_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("--mode", default="chunked",
+                       help="one of naive, static, continuous, chunked (default chunked)")
+    add_format_flags(group)
+    group.add_argument("--save-detailed", default=None, metavar="FILE",
+                       help="write JSON with per-request lists to FILE, as vllm bench serve "
+                            "--save-detailed: input_lens, output_lens, ttfts (s), itls (s, "
+                            "one list per request), latencies (s), start_times (s), errors")
+
+
+def add_goodput_flag(parser: argparse.ArgumentParser, default: str = "none") -> None:
+    parser.add_argument_group("goodput (vllm bench serve's flag)").add_argument(
+        "--goodput", nargs="+", default=None, metavar="KEY:MS",
+        help="SLOs in milliseconds, e.g. ttft:2000 tpot:50 e2el:20000; request goodput (req/s) "
+             "= requests meeting every SLO given, per second of the run's duration "
+             f"(default {default})")
+
+
+def add_percentile_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("percentiles (vllm bench serve's flags)")
+    group.add_argument("--metric-percentiles", default="99", metavar="P[,P...]",
+                       help="percentiles to print for each metric, e.g. 50,90,99 (default 99)")
+    group.add_argument("--percentile-metrics", default=",".join(report.PERCENTILE_METRICS),
+                       metavar="M[,M...]",
+                       help="sections to print, from ttft, tpot, itl, e2el (default all four; "
+                            "vLLM leaves out e2el unless asked)")
+
+
+def add_picture_flags(parser: argparse.ArgumentParser, timeline: bool) -> None:
+    """--svg for every command; --timeline and --timeline-at where there are steps to draw."""
+    group = parser.add_argument_group("pictures")
+    if not timeline:
+        group.add_argument("--svg", default=None, metavar="PATH",
+                           help="write charts to PATH as one self-contained SVG file: output "
+                                "tok/s, P99 TTFT (s), P99 ITL (ms) and goodput (req/s) against "
+                                "the load, one line per mode")
+        return
+    group.add_argument("--svg", default=None, metavar="PATH",
+                       help="write charts to PATH as one self-contained SVG file: per mode, "
+                            "ITL (ms), KV blocks held and requests running and waiting over "
+                            "virtual time (s); and the TTFT CDF (s) of every mode")
+    group.add_argument("--timeline", type=int, nargs="?", const=DEFAULT_TIMELINE_STEPS,
+                       default=None, metavar="N",
+                       help="draw N engine steps as text, one row per step, one cell per "
+                            f"request (default N {DEFAULT_TIMELINE_STEPS})")
+    group.add_argument("--timeline-at", default=None, metavar="WHERE",
+                       help="which steps (implies --timeline): start (the first N, the "
+                            "default), worst-itl (around the step that ended the longest "
+                            "inter-token gap) or request:ID (around that request's first step)")
+
+
+def add_sweep_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sweep")
+    group.add_argument("--mode", default=",".join(SWEEP_MODES),
+                       help="comma list of naive, static, continuous, chunked, or all "
+                            f"(default {','.join(SWEEP_MODES)})")
+    group.add_argument("--request-rates", default=None, metavar="R[,R...]",
+                       help="request rates to sweep, req/s, e.g. 1,2,4,8 (default "
+                            f"{','.join(map(str, SWEEP_RATES))}); inf sends all at once")
+    group.add_argument("--concurrencies", default=None, metavar="N[,N...]",
+                       help="sweep --max-concurrency instead, e.g. 1,8,32 (all requests "
+                            "ready at once unless --request-rate is given)")
+    group.add_argument("--format", choices=["table", "json"], default="table")
+    add_goodput_flag(parser, default=" ".join(SWEEP_GOODPUT))
 
 
 # -- from flags to objects ---------------------------------------------------------------------
@@ -153,40 +262,84 @@ def _apply_chunked_prefill_flag(names: list[str], enabled: bool, explicit: bool)
     return [wanted if n == unwanted else n for n in names]
 
 
-# -- commands ------------------------------------------------------------------------------------
+# -- commands: flags to objects, then views.py serves and shows ----------------------------------
 
-def run_compare(args: argparse.Namespace, simulate) -> int:
+def prepare(args: argparse.Namespace, modes: list, default_goodput=()) -> Setup:
     config = config_from_args(args)
-    modes = modes_from_args(args)
     for mode in modes:
         mode.check(config)
-    plan = plan_memory(config)
-    clock = make_clock(config)
-    workload = workload_from_args(args, config)
-    step_log = StepLog(args.step_log) if args.step_log else None
-    try:
-        recorders = []
-        for mode in modes:
-            observers = [step_log.observer(mode.name)] if step_log else []
-            recorders.append((mode.name, simulate(workload, mode, config, plan.num_gpu_blocks,
-                                                  clock, observers)))
-    except BaseException:
-        if step_log:
-            step_log.discard()
-        raise
-    if step_log:
-        step_log.commit()
-    results = [(name, recorder.summary()) for name, recorder in recorders]
-    if args.format == "json":
-        print(report.to_json(config, plan, workload, results, recorders))
-        return 0
-    model, gpu = lookup(config)
-    lines = report.header_lines(config, plan, model.name, gpu.name, workload)
-    lines += [""] + report.comparison_table(results)
-    lines += report.rejection_lines(recorders)
-    lines += [""] + report.takeaways(dict(results), config.forward_model)
-    print("\n".join(lines))
+    slos_ms = parse_goodput(args.goodput or list(default_goodput))
+    return Setup(config, modes, plan_memory(config), make_clock(config), slos_ms)
+
+
+def outputs_from_args(args: argparse.Namespace) -> Outputs:
+    """What to show and write; every choice checked here, before anything runs. (A flag the
+    command does not have counts as not given: sweep has no --timeline, for instance.)"""
+    outputs = Outputs(format=args.format, svg=args.svg,
+                      step_log=getattr(args, "step_log", None),
+                      save_detailed=getattr(args, "save_detailed", None))
+    if getattr(args, "timeline", None) is not None or getattr(args, "timeline_at", None):
+        if args.format == "json":
+            raise ConfigError("--timeline draws text; leave it out with --format json")
+        num_steps = DEFAULT_TIMELINE_STEPS if args.timeline is None else args.timeline
+        outputs.timeline = parse_timeline_spec(num_steps, args.timeline_at or "start")
+    if hasattr(args, "metric_percentiles"):
+        outputs.percentiles = report.parse_percentiles(args.metric_percentiles)
+        outputs.percentile_metrics = report.parse_percentile_metrics(args.percentile_metrics)
+    return outputs
+
+
+def run_compare(args: argparse.Namespace, simulate) -> int:
+    setup = prepare(args, modes_from_args(args))
+    workload = workload_from_args(args, setup.config)
+    print(views.compare_modes(setup, workload, outputs_from_args(args), simulate))
     return 0
+
+
+def run_one_mode(args: argparse.Namespace, simulate) -> int:
+    modes = modes_from_args(args)
+    if len(modes) != 1:
+        raise ConfigError(f"run takes one --mode (naive, static, continuous or chunked), "
+                          f"got {args.mode!r}; use compare for several")
+    setup = prepare(args, modes)
+    workload = workload_from_args(args, setup.config)
+    print(views.run_in_depth(setup, workload, outputs_from_args(args), simulate))
+    return 0
+
+
+def run_sweep(args: argparse.Namespace, simulate) -> int:
+    setup = prepare(args, modes_from_args(args), default_goodput=SWEEP_GOODPUT)
+    load_name, workloads = sweep_workloads_from_args(args, setup.config)
+    print(views.sweep_loads(setup, load_name, workloads, outputs_from_args(args), simulate))
+    return 0
+
+
+def sweep_workloads_from_args(args: argparse.Namespace,
+                              config: EngineConfig) -> tuple[str, list]:
+    """(the load swept, [(value, workload)]): one workload per point, all built (and so
+    checked) before the first simulation."""
+    if args.request_rates is not None and args.concurrencies is not None:
+        raise ConfigError("give --request-rates or --concurrencies, not both")
+    if args.concurrencies is not None:
+        if args.max_concurrency is not None:
+            raise ConfigError("--max-concurrency conflicts with --concurrencies, which sets it "
+                              "for each point")
+        loads = parse_loads("--concurrencies", args.concurrencies, integer=True)
+        rate = math.inf if args.request_rate is None else args.request_rate
+        return "max_concurrency", [
+            (n, workload_from_args(_with(args, request_rate=rate, max_concurrency=int(n)), config))
+            for n in loads]
+    if args.request_rate is not None:
+        raise ConfigError("--request-rate conflicts with --request-rates, which sets it for "
+                          "each point")
+    text = args.request_rates or ",".join(map(str, SWEEP_RATES))
+    loads = parse_loads("--request-rates", text, integer=False)
+    return "request_rate", [(r, workload_from_args(_with(args, request_rate=r), config))
+                            for r in loads]
+
+
+def _with(args: argparse.Namespace, **changes) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), **changes})
 
 
 def run_presets(args: argparse.Namespace, simulate) -> int:

@@ -21,6 +21,7 @@ import math
 from collections import Counter
 
 from batch import SchedulerOutput, StepResult
+from goodput import add_request_goodput
 from request import Request, RequestStatus
 
 
@@ -85,20 +86,34 @@ class RunRecorder:
         self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
         self.peak_reserved_slots = max(self.peak_reserved_slots, reserved_slots)
 
+    def completed(self) -> list[Request]:
+        return [r for r in self.requests if r.status is RequestStatus.FINISHED]
+
+    def latency_counts(self) -> dict[str, Counter]:
+        """Seconds -> how many times, for TTFT, TPOT, ITL and E2EL over the completed requests.
+
+        TPOT leaves out requests with a single output token (they have no gap to average), as
+        vLLM's mean and percentiles do.
+        """
+        done = self.completed()
+        return {
+            "ttft": Counter(r.first_token_s - r.arrival_s for r in done),
+            "tpot": Counter((r.last_token_s - r.first_token_s) / (r.num_output_tokens - 1)
+                            for r in done if r.num_output_tokens > 1),
+            "itl": self.itl_counts,
+            "e2el": Counter(r.last_token_s - r.arrival_s for r in done),
+        }
+
     def summary(self) -> dict:
         """The run's metrics, named as in DESIGN.md's JSON contract (ms, s, per second)."""
-        done = [r for r in self.requests if r.status is RequestStatus.FINISHED]
-        rejected = [r for r in self.requests if r.status is RequestStatus.REJECTED]
+        done = self.completed()
+        rejected = self.rejections()
         start_s = min((r.arrival_s for r in self.requests), default=0.0)
         end_s = max([r.last_token_s for r in done] + [r.arrival_s for r in rejected],
                     default=start_s)
         duration = end_s - start_s
         input_tokens = sum(r.prompt_len for r in done)
         output_tokens = sum(r.num_output_tokens for r in done)
-        ttfts = [r.first_token_s - r.arrival_s for r in done]
-        e2els = [r.last_token_s - r.arrival_s for r in done]
-        tpots = [(r.last_token_s - r.first_token_s) / (r.num_output_tokens - 1)
-                 for r in done if r.num_output_tokens > 1]
         result = {
             "completed": len(done),
             "rejected": len(rejected),
@@ -109,8 +124,7 @@ class RunRecorder:
             "output_throughput": _per_second(output_tokens, duration),
             "total_token_throughput": _per_second(input_tokens + output_tokens, duration),
         }
-        for name, counts in (("ttft", Counter(ttfts)), ("tpot", Counter(tpots)),
-                             ("itl", self.itl_counts), ("e2el", Counter(e2els))):
+        for name, counts in self.latency_counts().items():
             result[f"mean_{name}_ms"] = 1000 * weighted_mean(counts)
             result[f"median_{name}_ms"] = 1000 * weighted_percentile(counts, 50)
             result[f"p99_{name}_ms"] = 1000 * weighted_percentile(counts, 99)
@@ -126,6 +140,43 @@ class RunRecorder:
 
     def rejections(self) -> list[Request]:
         return [r for r in self.requests if r.status is RequestStatus.REJECTED]
+
+
+def percentile_name(p: float) -> str:
+    """How vLLM writes a percentile in labels and JSON keys: 99.0 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def serving_metrics(recorder: RunRecorder, percentiles: list[float], slos_ms: dict[str, float],
+                    max_output_tokens_per_s: float) -> dict:
+    """`summary()` plus what `vllm bench serve` adds for one run, under vLLM's JSON names.
+
+    `p{P}_{metric}_ms` for every percentile asked for (`--metric-percentiles`), `request_goodput`
+    when SLOs were given (`--goodput`), and the two peaks vLLM prints: the most output tokens in
+    one second (measured by an observer, see timeseries.py) and the most requests in flight.
+    """
+    result = add_request_goodput(recorder.summary(), recorder, slos_ms)
+    for name, counts in recorder.latency_counts().items():
+        for p in percentiles:
+            result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * weighted_percentile(counts, p)
+    result["max_output_tokens_per_s"] = max_output_tokens_per_s
+    result["max_concurrent_requests"] = peak_concurrent_requests(recorder.completed())
+    return result
+
+
+def peak_concurrent_requests(completed: list[Request]) -> int:
+    """Most completed requests in flight at once, each over [arrival, last token).
+
+    As `vllm bench serve` counts it: a sweep over start and end events in time order, where an
+    end at the same instant as a start comes first (the intervals are half-open).
+    """
+    starts = [(r.arrival_s, 1) for r in completed]
+    ends = [(r.last_token_s, -1) for r in completed]
+    in_flight = peak = 0
+    for _, change in sorted(starts + ends):  # (t, -1) sorts before (t, +1): ends first
+        in_flight += change
+        peak = max(peak, in_flight)
+    return peak
 
 
 def _per_second(count: float, duration_s: float) -> float:

@@ -10,9 +10,10 @@ A block in README.md looks like
     ```
     <!-- name:end -->
 
-`python3 tests/readme_blocks.py` rewrites every block with fresh output; the tests check that
-README.md already holds exactly that. Commands run from the project root in a shell, with
-`python3` meaning the interpreter running this file and `/tmp/` a private scratch folder.
+`python3 tests/readme_blocks.py` reruns every block's commands and rewrites the block (and the
+charts they write under outputs/); the tests check that README.md and outputs/ already hold
+exactly that. Commands run from the project root in a shell, with `python3` meaning the
+interpreter running this file and `/tmp/` a private scratch folder.
 """
 
 import re
@@ -31,12 +32,19 @@ def commands_of(body: str) -> list[str]:
     return [line[2:] for line in body.splitlines() if line.startswith("$ ")]
 
 
-def run_commands(commands: list[str]) -> str:
-    """Run the commands in order; return what the last one printed."""
+def written_files(commands: list[str]) -> list[str]:
+    """The files under outputs/ that the commands write (the charts README shows)."""
+    return sorted({path for c in commands for path in re.findall(r"outputs/[\w.-]+", c)})
+
+
+def run_commands(commands: list[str], outputs_dir: Path) -> str:
+    """Run the commands in order, writing outputs/ files into `outputs_dir`; return what the
+    last one printed."""
     with tempfile.TemporaryDirectory() as scratch:
         output = ""
         for command in commands:
             shell_command = command.replace("/tmp/", scratch + "/")
+            shell_command = shell_command.replace("outputs/", f"{outputs_dir}/")
             shell_command = re.sub(r"^python3 ", f"{sys.executable} ", shell_command)
             result = subprocess.run(shell_command, shell=True, cwd=ROOT, capture_output=True,
                                     text=True, check=True)
@@ -44,9 +52,9 @@ def run_commands(commands: list[str]) -> str:
     return output
 
 
-def fresh_body(body: str) -> str:
+def fresh_body(body: str, outputs_dir: Path = ROOT / "outputs") -> str:
     commands = commands_of(body)
-    return "".join(f"$ {c}\n" for c in commands) + run_commands(commands)
+    return "".join(f"$ {c}\n" for c in commands) + run_commands(commands, outputs_dir)
 
 
 def blocks(text: str) -> dict[str, str]:

@@ -1,19 +1,32 @@
-"""The outputs pasted in README.md are what the commands next to them print today."""
+"""README.md shows what the commands next to it print today, and the charts they write."""
+
+import re
 
 import pytest
 
-from readme_blocks import README, ROOT, blocks, fresh_body
+from readme_blocks import README, ROOT, blocks, commands_of, fresh_body, written_files
 
-BLOCKS = blocks(README.read_text(encoding="utf-8"))
+TEXT = README.read_text(encoding="utf-8")
+BLOCKS = blocks(TEXT)
 
 
-def test_readme_has_the_default_table_and_the_worked_example():
-    assert {"default-output", "worked-example"} <= set(BLOCKS)
+def test_readme_shows_the_default_table_a_worked_step_a_run_a_timeline_and_a_sweep():
+    assert {"default-output", "worked-example", "run-block", "timeline", "sweep"} <= set(BLOCKS)
+    assert any("--timeline" in c and "continuous,chunked" in c for c in commands_of(BLOCKS["timeline"]))
+
+
+def test_every_chart_readme_shows_is_made_by_a_command_in_it():
+    made = {path for body in BLOCKS.values() for path in written_files(commands_of(body))}
+    assert set(re.findall(r"\]\((outputs/[^)]+)\)", TEXT)) <= made
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
-def test_pasted_output_is_current(name):
-    if "../shared/traces/" in BLOCKS[name] and not (ROOT.parent / "shared" / "traces").is_dir():
+def test_pasted_output_and_charts_are_current(name, tmp_path):
+    body = BLOCKS[name]
+    if "../shared/traces/" in body and not (ROOT.parent / "shared" / "traces").is_dir():
         pytest.skip("the shared traces are not next to this checkout")
-    assert BLOCKS[name] == fresh_body(BLOCKS[name]), (
+    assert body == fresh_body(body, tmp_path), (
         f"README block {name!r} is stale: run python3 tests/readme_blocks.py")
+    for path in written_files(commands_of(body)):
+        assert (ROOT / path).read_bytes() == (tmp_path / path.split("/", 1)[1]).read_bytes(), (
+            f"{path} is stale: run python3 tests/readme_blocks.py and commit it")

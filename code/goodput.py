@@ -1,0 +1,90 @@
+"""Goodput: the requests per second that met every latency target, as `vllm bench serve` counts it.
+
+Throughput counts every finished request; goodput counts only the ones a user would call good.
+Given service-level objectives (SLOs) in milliseconds, e.g. `--goodput ttft:2000 tpot:50`:
+
+    a request is good   if  TTFT <= 2000 ms  and  TPOT <= 50 ms     (every SLO given, none other)
+    request goodput     =   good requests / benchmark duration (s)
+
+A request with a single output token has no TPOT; vLLM counts its TPOT as 0 for goodput, and so
+does servesim. The scheduler's job, in the lesson's words, is to maximize goodput under a KV-block
+budget: a mode that serves more tokens per second but blows the TTFT or TPOT target of many
+requests has lower goodput. (The definition comes from the DistServe paper, arXiv 2401.09670.)
+"""
+
+from config import ConfigError
+from request import Request
+
+SLO_NAMES = ("ttft", "tpot", "e2el")  # the request-level metrics vLLM accepts, in its order
+EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
+
+
+def parse_goodput(pairs: list[str]) -> dict[str, float]:
+    """`["ttft:2000", "tpot:50"]` -> `{"ttft": 2000.0, "tpot": 50.0}` (milliseconds).
+
+    Refuses, in one line, anything vLLM's `--goodput` would refuse: a pair that is not KEY:VALUE,
+    an unknown key, a negative or non-numeric value. A key given twice keeps its last value,
+    as in vLLM.
+    """
+    slos_ms = {}
+    for pair in pairs:
+        name, separator, value_text = pair.partition(":")
+        if not separator or ":" in value_text:
+            raise ConfigError(f"--goodput {pair!r} is not KEY:MILLISECONDS; give pairs like "
+                              f"{EXAMPLE}")
+        if name not in SLO_NAMES:
+            raise ConfigError(f"--goodput {pair!r}: unknown metric {name!r}; "
+                              f"choose from {', '.join(SLO_NAMES)} (e.g. {EXAMPLE})")
+        slos_ms[name] = _milliseconds(pair, value_text)
+    return slos_ms
+
+
+def _milliseconds(pair: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:  # NaN fails this too
+        raise ConfigError(f"--goodput {pair!r}: the target must be a number of milliseconds "
+                          f">= 0 (e.g. {EXAMPLE})")
+    return value
+
+
+def request_latencies_ms(request: Request) -> dict[str, float]:
+    """A finished request's TTFT, TPOT (0 for one output token, as vLLM) and E2EL, in ms."""
+    ttft_s = request.first_token_s - request.arrival_s
+    e2el_s = request.last_token_s - request.arrival_s
+    tpot_s = 0.0
+    if request.num_output_tokens > 1:
+        tpot_s = (request.last_token_s - request.first_token_s) / (request.num_output_tokens - 1)
+    return {"ttft": 1000 * ttft_s, "tpot": 1000 * tpot_s, "e2el": 1000 * e2el_s}
+
+
+def is_good(request: Request, slos_ms: dict[str, float]) -> bool:
+    """Did this finished request meet every SLO given? (An SLO is met at equality.)"""
+    latencies_ms = request_latencies_ms(request)
+    return all(latencies_ms[name] <= target for name, target in slos_ms.items())
+
+
+def request_goodput(completed: list[Request], slos_ms: dict[str, float],
+                    duration_s: float) -> float:
+    """Good requests per second of the run's duration; 0.0 for a run of no duration."""
+    if duration_s <= 0:
+        return 0.0
+    return sum(1 for request in completed if is_good(request, slos_ms)) / duration_s
+
+
+def add_request_goodput(metrics: dict, recorder, slos_ms: dict[str, float]) -> dict:
+    """A run's summary with `request_goodput` (req/s) added when SLOs were given."""
+    if slos_ms:
+        metrics["request_goodput"] = request_goodput(recorder.completed(), slos_ms,
+                                                     metrics["duration"])
+    return metrics
+
+
+def describe_slos(slos_ms: dict[str, float]) -> list[str]:
+    """The SLOs as a line for a report header (no line without SLOs)."""
+    if not slos_ms:
+        return []
+    targets = " and ".join(f"{name.upper()} <= {ms:g} ms" for name, ms in slos_ms.items())
+    return [f"goodput: requests with {targets}, per second"]

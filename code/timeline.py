@@ -1,0 +1,197 @@
+"""`--timeline`: the engine's steps as rows of text, one cell per request in the batch.
+
+A learner should *see* what chunked prefill is for. Without it, a long prompt runs whole in one
+step, and every request decoding beside it waits for that whole step (CONTINUOUS, 20 requests):
+
+     step    t (s)   step ms tokens  wait | 1      2      3      4      10
+      138    3.264      19.0      9     0 | d      d      d      d
+      139    3.283     877.7   7729     0 | d      d      d      d      P7720*
+      140    4.161     243.2   2400     0 | d      d      d      d      d
+
+With chunked prefill the same prompt is cut to fit a 512-token budget beside the decodes, so
+every step stays short and the decodes keep going between chunks (CONTINUOUS+CHUNKED):
+
+      148    3.279      52.3    512     0 | d      d      d      d      P503
+      149    3.331      53.1    512     0 | d      d      d      d      P503
+
+LEGEND (printed under the timelines) says what each cell means. Which steps are drawn: the first
+N (`--timeline-at start`), a window around the step that ended the worst inter-token gap
+(`worst-itl`), or around the first step of one request (`request:ID`). The window is chosen
+while the engine runs, keeping only the rows it may draw, so even a long run stays cheap.
+"""
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+from batch import EngineStep
+from config import ConfigError
+
+MAX_REQUEST_COLUMNS = 8  # 39 characters of step columns + 8 cells of 7: fits in 100 columns
+CELL_WIDTH = 7
+ANCHORS = ("start", "worst-itl", "request:ID")
+LEGEND = [
+    "P507 = 507 prompt tokens computed in the step (a chunk, or a whole prompt); * = prompt done,",
+    "first token sampled; d = one decode token; . = padding (a finished STATIC member); X =",
+    "preempted; blank = not in the step's batch. t (s) = when the step began; step ms = how long",
+    "it took: a d that also decoded in the step before waited just that long for its token (ITL).",
+    "tokens = tokens computed in the step; wait = requests still waiting after it.",
+]
+
+
+@dataclass(frozen=True)
+class TimelineSpec:
+    num_steps: int                    # rows to draw
+    anchor: str = "start"             # "start", "worst-itl" or "request"
+    request_id: Optional[str] = None  # with anchor "request"
+
+    @property
+    def num_lead_steps(self) -> int:
+        """Rows drawn before the anchor step, so that the reader sees what came before it."""
+        return 0 if self.anchor == "start" else self.num_steps // 4
+
+
+def parse_timeline_spec(num_steps: int, where: str) -> TimelineSpec:
+    """`--timeline N --timeline-at WHERE` -> a TimelineSpec, or one line saying what is valid."""
+    if num_steps < 1:
+        raise ConfigError(f"--timeline takes a positive number of steps, got {num_steps}")
+    if where in ("start", "worst-itl"):
+        return TimelineSpec(num_steps, where)
+    prefix, _, request_id = where.partition(":")
+    if prefix == "request" and request_id:
+        return TimelineSpec(num_steps, "request", request_id)
+    raise ConfigError(f"--timeline-at must be one of {', '.join(ANCHORS)} "
+                      f"(e.g. request:7), got {where!r}")
+
+
+@dataclass
+class TimelineRow:
+    index: int
+    start_s: float
+    step_ms: float
+    num_tokens: int
+    num_waiting: int
+    cells: list[tuple[str, str]]  # (request id, cell text), in the batch's order
+    max_itl_s: float              # the longest inter-token gap this step ended (0 if none)
+
+    def prefilling_ids(self) -> set[str]:
+        return {request_id for request_id, text in self.cells if text.startswith("P")}
+
+
+def step_row(step: EngineStep) -> TimelineRow:
+    """One step as a row. Called right after the step, while each request's state is current."""
+    mid_s = step.start_s + step.step_s / 2  # a token sampled at this step's end lies past it
+    cells = []
+    for scheduled in step.batch.scheduled:
+        request = scheduled.request
+        sampled = request.last_token_s is not None and request.last_token_s > mid_s
+        if not scheduled.is_decode:
+            first = request.first_token_s is not None and request.first_token_s > mid_s
+            text = f"P{scheduled.num_new_tokens}" + ("*" if first else "")
+        else:
+            text = "d" if sampled else "."
+        cells.append((request.request_id, text))
+    cells += [(request.request_id, "X") for request in step.batch.preempted]
+    return TimelineRow(step.index, step.start_s, 1000 * step.step_s,
+                       step.batch.num_scheduled_tokens, step.num_waiting, cells,
+                       max(step.result.itls_s, default=0.0))
+
+
+class TimelineWindow:
+    """Observer that keeps the `spec.num_steps` rows to draw, and only those (plus a few before).
+
+    Rows are kept from the anchor step on; `num_lead_steps` recent rows are held back in case
+    the next step becomes the anchor. For `worst-itl` a later, worse gap moves the window.
+    """
+
+    def __init__(self, spec: TimelineSpec):
+        self.spec = spec
+        self.rows: list[TimelineRow] = []
+        self.num_steps_seen = 0
+        self._recent: deque[TimelineRow] = deque(maxlen=spec.num_lead_steps)
+        self._num_rows_to_add = 0
+        self._worst_itl_s = -1.0  # below any gap, so that the first step anchors to begin with
+
+    def __call__(self, step: EngineStep) -> None:
+        self.num_steps_seen += 1
+        if self._is_done():
+            return
+        row = step_row(step)
+        if self._is_anchor(row):
+            self.rows = [*self._recent, row]
+            self._num_rows_to_add = self.spec.num_steps - len(self.rows)
+        elif self._num_rows_to_add > 0:
+            self.rows.append(row)
+            self._num_rows_to_add -= 1
+        self._recent.append(row)
+        self._worst_itl_s = max(self._worst_itl_s, row.max_itl_s)
+
+    def _is_done(self) -> bool:
+        """A start or request window never moves once it is full."""
+        return self.spec.anchor != "worst-itl" and bool(self.rows) and self._num_rows_to_add == 0
+
+    def _is_anchor(self, row: TimelineRow) -> bool:
+        """Should the window (re)start at this row?"""
+        if self.spec.anchor == "worst-itl":
+            return row.max_itl_s > self._worst_itl_s  # the first step with the worst gap wins
+        if self.rows:
+            return False
+        if self.spec.anchor == "request":
+            return any(request_id == self.spec.request_id for request_id, _ in row.cells)
+        return True  # "start": the first step
+
+
+def render_timeline(mode_name: str, window: TimelineWindow) -> list[str]:
+    """The window as text, at most 100 characters wide (print LEGEND once below the last)."""
+    spec = window.spec
+    if not window.rows and spec.anchor != "request":
+        return [f"{mode_name}: no engine step to draw (every request was rejected)"]
+    if not window.rows:
+        raise ConfigError(f"--timeline-at request:{spec.request_id}: {mode_name} never scheduled "
+                          "a request with that id (ids are 0, 1, 2, ... for the synthetic "
+                          "workload; a trace's id column otherwise)")
+    request_ids, num_hidden = _columns(window.rows)
+    lines = [_title(mode_name, window), _header(request_ids)]
+    for row in window.rows:
+        lines.append(_row_text(row, request_ids))
+    if num_hidden:
+        lines.append(f"({num_hidden} more request(s) ran in these steps and are not drawn; "
+                     "their tokens are in `tokens`)")
+    return lines
+
+
+def _columns(rows: list[TimelineRow]) -> tuple[list[str], int]:
+    """Requests to draw, in order of first appearance: those prefilling in the window first
+    (they are the story), then the earliest others, at most MAX_REQUEST_COLUMNS."""
+    appearance = list(dict.fromkeys(rid for row in rows for rid, _ in row.cells))
+    prefilling = set()
+    for row in rows:
+        prefilling |= row.prefilling_ids()
+    by_priority = ([rid for rid in appearance if rid in prefilling]
+                   + [rid for rid in appearance if rid not in prefilling])
+    chosen = set(by_priority[:MAX_REQUEST_COLUMNS])
+    return [rid for rid in appearance if rid in chosen], len(appearance) - len(chosen)
+
+
+def _title(mode_name: str, window: TimelineWindow) -> str:
+    spec, rows = window.spec, window.rows
+    span = f"steps {rows[0].index}-{rows[-1].index} of {window.num_steps_seen}"
+    if spec.anchor == "start":
+        return f"{mode_name}: {span}, from the start"
+    if spec.anchor == "request":
+        return f"{mode_name}: {span}, around request {spec.request_id}'s first step"
+    worst = max(rows, key=lambda row: row.max_itl_s)
+    return (f"{mode_name}: {span}, around the worst ITL "
+            f"({1000 * worst.max_itl_s:,.1f} ms, ended by step {worst.index})")
+
+
+def _header(request_ids: list[str]) -> str:
+    cells = "".join(f" {rid[:CELL_WIDTH - 1]:<{CELL_WIDTH - 1}}" for rid in request_ids)
+    return f"{'step':>5} {'t (s)':>8} {'step ms':>9} {'tokens':>6} {'wait':>5} |{cells}".rstrip()
+
+
+def _row_text(row: TimelineRow, request_ids: list[str]) -> str:
+    texts = dict(row.cells)
+    cells = "".join(f" {texts.get(rid, ''):<{CELL_WIDTH - 1}}" for rid in request_ids)
+    return (f"{row.index:>5} {row.start_s:>8.3f} {row.step_ms:>9.1f} {row.num_tokens:>6} "
+            f"{row.num_waiting:>5} |{cells}").rstrip()

@@ -1,0 +1,98 @@
+"""sweep: rising load in each mode, the latency-throughput curve."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+import cli
+import main
+from config import ConfigError
+from sweep import SweepPoint, parse_loads, sweep_table
+
+KNOBS = {"modes": main.MODES, "max_num_batched_tokens": main.MAX_NUM_BATCHED_TOKENS,
+         "block_size": main.BLOCK_SIZE, "max_num_seqs": main.MAX_NUM_SEQS}
+FOUR_RATES = ["--num-prompts", "30", "--request-rates", "1,2,4,8"]
+
+
+def servesim_json(capsys, *argv) -> dict:
+    assert cli.main([*argv, "--format", "json"], KNOBS, main.simulate) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def four_rates():
+    """One sweep over four rates in three modes (well under a second), shared below."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["sweep", *FOUR_RATES, "--format", "json"], KNOBS, main.simulate) == 0
+    return json.loads(out.getvalue())
+
+
+def curve(document: dict, mode: str) -> list[float]:
+    return [r["output_throughput"] for r in document["results"] if r["mode"] == mode]
+
+
+@pytest.mark.parametrize("mode", ["STATIC", "CONTINUOUS", "CONTINUOUS+CHUNKED"])
+def test_throughput_rises_with_load_until_saturation_then_stays_flat(four_rates, mode):
+    throughputs = curve(four_rates, mode)
+    best = max(throughputs)
+    knee = next(i for i, t in enumerate(throughputs) if t >= 0.95 * best)  # saturated from here
+    assert all(later >= earlier for earlier, later in zip(throughputs[:knee + 1],
+                                                          throughputs[1:knee + 1]))
+    assert all(t >= 0.9 * best for t in throughputs[knee:])
+
+
+def test_static_saturates_first_and_lowest(four_rates):
+    static, chunked = curve(four_rates, "STATIC"), curve(four_rates, "CONTINUOUS+CHUNKED")
+    assert max(static) < 0.5 * max(chunked)
+    assert static[-1] < 1.25 * static[0] < chunked[-1]  # flat for STATIC, still room for chunked
+
+
+def test_chunking_buys_tail_latency_at_the_highest_load(four_rates):
+    at_top = {r["mode"]: r for r in four_rates["results"] if r["request_rate"] == 8}
+    assert at_top["CONTINUOUS+CHUNKED"]["p99_itl_ms"] < at_top["CONTINUOUS"]["p99_itl_ms"] / 3
+
+
+def test_json_has_one_result_per_mode_and_point_each_naming_its_load(four_rates):
+    results = four_rates["results"]
+    assert [(r["mode"], r["request_rate"]) for r in results] == [
+        (mode, rate) for mode in ("STATIC", "CONTINUOUS", "CONTINUOUS+CHUNKED")
+        for rate in (1, 2, 4, 8)]
+    assert all(r["max_concurrency"] is None and "request_goodput" in r for r in results)
+    assert four_rates["workload"]["request_rate"] is None  # varies: named per result
+    assert four_rates["sweep"] == {"load": "request_rate",
+                                   "goodput_slos_ms": {"ttft": 3000.0, "tpot": 50.0}}
+
+
+def test_a_concurrency_sweep_names_max_concurrency(capsys):
+    document = servesim_json(capsys, "sweep", "--num-prompts", "8", "--mode", "chunked",
+                             "--concurrencies", "1,4", "--goodput", "e2el:60000")
+    assert [(r["max_concurrency"], r["request_rate"]) for r in document["results"]] == [
+        (1, "inf"), (4, "inf")]
+    assert document["sweep"]["goodput_slos_ms"] == {"e2el": 60000.0}
+
+
+@pytest.mark.parametrize("text, integer", [("1,x", False), ("4,2", False), ("1,1", False),
+                                           ("0,1", False), ("1,inf", True), ("2.5", True)])
+def test_bad_load_lists_are_refused(text, integer):
+    with pytest.raises(ConfigError, match="e.g."):
+        parse_loads("--loads", text, integer)
+
+
+def test_load_lists_may_end_at_inf_for_rates():
+    assert parse_loads("--request-rates", "0.5,1,inf", integer=False) == [0.5, 1.0, float("inf")]
+
+
+def test_table_names_each_mode_once_and_reads_downwards():
+    metrics = {"output_throughput": 100.0, "p99_ttft_ms": 2000.0, "p99_itl_ms": 30.0,
+               "request_goodput": 0.5}
+    points = [SweepPoint(mode, "max_concurrency", n, metrics)
+              for mode in ("STATIC", "CONTINUOUS") for n in (1, 8)]
+    assert sweep_table(points) == [
+        "mode        concurrency  out tok/s  P99 TTFT ms  P99 ITL ms  goodput req/s",
+        "STATIC                1        100        2,000        30.0           0.50",
+        "                      8        100        2,000        30.0           0.50",
+        "CONTINUOUS            1        100        2,000        30.0           0.50",
+        "                      8        100        2,000        30.0           0.50"]
