@@ -7,6 +7,7 @@ valid, and exit status 2; nothing is written before every input has been checked
 
 import argparse
 import math
+import os
 import sys
 from dataclasses import fields
 
@@ -366,3 +367,6 @@ def main(argv: list[str], knobs: dict, simulate) -> int:
     except (ConfigError, WorkloadError) as error:
         print(f"servesim: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 0

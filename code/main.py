@@ -1,28 +1,17 @@
 """servesim: the scheduler of an LLM serving engine, on a virtual clock.
 
-    python code/main.py            # the four modes side by side on a mixed workload
-    python code/main.py --help     # every command and flag
+    python code/main.py             # compare: the four modes side by side on a mixed workload
+    python code/main.py --help      # the commands: compare, run, sweep, lesson-check, presets
 
 One engine loop (`simulate`, below) serves a stream of requests in any of four modes. Read it
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch
-on the virtual clock, advance the clock, apply the step. The concepts live one per file:
+on the virtual clock, advance the clock, apply the step. Then read, one lesson concept a file:
 
-    request.py          a sequence's life: computed tokens chasing prompt + output tokens
-    kv_cache.py         PagedAttention: blocks, block tables, a free pool (and what it replaced)
-    scheduler.py        continuous batching and chunked prefill (vLLM V1's scheduler)
-    static_batching.py  NAIVE and STATIC: batching before iteration-level scheduling
-    modes.py            the four modes as small policy objects
-    forward_model.py    the virtual clock: step time from FLOPs and bytes (a roofline)
-    gpu_memory.py       weights, activations and KV blocks in --gpu-memory-utilization
-    presets.py          GPUs and models, each number with its source
-    workload.py         what is sent: mixed traffic, vLLM's random dataset, normal lengths
-    arrivals.py         how it is sent: open loop (request rate, burstiness), closed loop
-    trace_formats.py    reading Azure, Mooncake, BurstGPT and plain CSV traces
-    trace_replay.py     a trace's requests at their own times (--trace)
-    metrics.py          TTFT, TPOT, ITL, E2EL as `vllm bench serve` defines them
-    report.py           the tables and the JSON
-    cli.py              the command line
-    workload_flags.py   its workload options (vllm bench serve's names)
+    request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py
+    forward_model.py  gpu_memory.py  presets.py  workload.py  metrics.py
+
+README.md lists every file in reading order, with what is around the engine (traces, reports,
+charts, sweeps, lesson-check, the command line).
 """
 
 import sys

@@ -8,10 +8,8 @@ temporary file beside its target, then renamed over it (`os.replace`, atomic on 
 
 import os
 import tempfile
-from typing import Optional
 
 from config import ConfigError
-from step_log import StepLog
 
 
 def check_writable(flag: str, path: str) -> None:
@@ -28,16 +26,15 @@ def check_writable(flag: str, path: str) -> None:
 
 
 class PendingFiles:
-    """The files of one command, held back until `commit()`; `discard()` leaves no trace."""
+    """The files of one command, held back until `commit()`; `discard()` leaves no trace.
+
+    `step_log` (step_log.StepLog) streams into a temporary file while the engine runs, because
+    it can be long; the other files are whole texts, written at the end.
+    """
 
     def __init__(self):
-        self.step_log: Optional[StepLog] = None
+        self.step_log = None
         self._texts: list[tuple[str, str]] = []  # (path, content)
-
-    def open_step_log(self, path: str) -> StepLog:
-        """The step log streams into a temporary file while the engine runs (it can be long)."""
-        self.step_log = StepLog(path)
-        return self.step_log
 
     def add_text(self, path: str, text: str) -> None:
         self._texts.append((path, text))
@@ -59,12 +56,17 @@ def write_atomically(path: str, text: str) -> None:
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
-        os.chmod(partial_path, 0o666 & ~_umask())  # as open() would have made it, not 0600
-        os.replace(partial_path, path)
+        publish(partial_path, path)
     except BaseException:
         if os.path.exists(partial_path):
             os.unlink(partial_path)
         raise
+
+
+def publish(partial_path: str, path: str) -> None:
+    """Rename a finished temporary file over its target, with the permissions open() gives."""
+    os.chmod(partial_path, 0o666 & ~_umask())  # mkstemp made it 0600
+    os.replace(partial_path, path)
 
 
 def _umask() -> int:

@@ -91,3 +91,14 @@ class Request:
         self.last_token_s = now_s
         self.num_output_tokens += 1
         return None if previous_s is None else now_s - previous_s
+
+
+def reject_if_it_can_never_run(request: Request, max_model_len: int) -> bool:
+    """On arrival: a prompt of max_model_len tokens or more leaves no room for even one output
+    token, so no scheduler could ever finish it. Reject it (counted, with the reason) instead of
+    letting it wait forever. Returns whether it was rejected."""
+    if request.prompt_len < max_model_len:
+        return False
+    request.reject(f"prompt of {request.prompt_len} tokens leaves no room for output under "
+                   f"max_model_len {max_model_len}")
+    return True

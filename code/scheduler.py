@@ -29,7 +29,7 @@ from collections import deque
 
 from batch import SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
-from request import Request
+from request import Request, reject_if_it_can_never_run
 
 
 class Scheduler:
@@ -49,11 +49,8 @@ class Scheduler:
 
     def add_request(self, request: Request) -> None:
         """Queue an arrival, or reject it on the spot if it can never run."""
-        if request.prompt_len >= self.max_model_len:
-            request.reject(f"prompt of {request.prompt_len} tokens leaves no room for output "
-                           f"under max_model_len {self.max_model_len}")
-            return
-        self.waiting.append(request)
+        if not reject_if_it_can_never_run(request, self.max_model_len):
+            self.waiting.append(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)

@@ -30,7 +30,7 @@ from typing import Optional
 
 from batch import SchedulerOutput, StepResult
 from kv_cache import ContiguousKVCache
-from request import Request
+from request import Request, reject_if_it_can_never_run
 
 
 class StaticBatchScheduler:
@@ -48,11 +48,8 @@ class StaticBatchScheduler:
     # -- requests in and out ------------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
-        if request.prompt_len >= self.max_model_len:
-            request.reject(f"prompt of {request.prompt_len} tokens leaves no room for output "
-                           f"under max_model_len {self.max_model_len}")
-            return
-        self.waiting.append(request)
+        if not reject_if_it_can_never_run(request, self.max_model_len):
+            self.waiting.append(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.batch)

@@ -15,6 +15,7 @@ import os
 import tempfile
 
 from batch import EngineStep
+from output_files import publish
 
 
 class StepLog:
@@ -41,7 +42,7 @@ class StepLog:
 
     def commit(self) -> None:
         self._file.close()
-        os.replace(self._partial_path, self.path)
+        publish(self._partial_path, self.path)
 
     def discard(self) -> None:
         self._file.close()

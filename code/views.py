@@ -24,6 +24,7 @@ from gpu_memory import MemoryPlan, lookup
 from metrics import serving_metrics
 from observers import Watch, serve_modes
 from output_files import PendingFiles, check_writable
+from step_log import StepLog
 from timeline import LEGEND as TIMELINE_LEGEND
 from timeline import TimelineSpec, render_timeline
 from timeseries import peak_output_tokens_per_s
@@ -149,7 +150,7 @@ def _check_files(outputs: Outputs) -> PendingFiles:
             check_writable(flag, path)
     pending = PendingFiles()
     if outputs.step_log:
-        pending.open_step_log(outputs.step_log)
+        pending.step_log = StepLog(outputs.step_log)
     return pending
 
 
