@@ -20,7 +20,7 @@ and any number of `Line`s in data coordinates; `render_panel` maps them to pixel
 import math
 from dataclasses import dataclass, field
 from typing import Optional
-from xml.sax.saxutils import escape, quoteattr
+from html import escape
 
 FONT = "font-family=\"Helvetica, Arial, sans-serif\""
 GRID_COLOR = "#e6e6e6"
@@ -119,7 +119,7 @@ class Canvas:
         transform = f' transform="rotate(-90 {fmt(x)} {fmt(y)})"' if rotate else ""
         bold = ' font-weight="bold"' if weight == "bold" else ""
         self.add(f'<text x="{fmt(x)}" y="{fmt(y)}" font-size="{size}" text-anchor="{anchor}" '
-                 f'fill="{color}"{bold}{transform}>{escape(content)}</text>')
+                 f'fill="{color}"{bold}{transform}>{escape(content, quote=False)}</text>')
 
     def line(self, x1: float, y1: float, x2: float, y2: float, color: str,
              width: float = 1.0, dashed: bool = False) -> None:
@@ -132,7 +132,7 @@ class Canvas:
                 f'height="{fmt(self.height)}" viewBox="0 0 {fmt(self.width)} {fmt(self.height)}" '
                 f'{FONT}>')
         background = f'<rect width="{fmt(self.width)}" height="{fmt(self.height)}" fill="white"/>'
-        return "\n".join([head, f"<title>{escape(title)}</title>", background, *self.parts,
+        return "\n".join([head, f"<title>{escape(title, quote=False)}</title>", background, *self.parts,
                           "</svg>"]) + "\n"
 
 
@@ -195,7 +195,7 @@ def _draw_y_axis(canvas: Canvas, panel: Panel, to_y, left: float, width: float) 
 
 def _draw_line(canvas: Canvas, line: Line, to_x, to_y) -> None:
     pixels = [(to_x(x), to_y(y)) for x, y in line.points]
-    label = quoteattr(line.label)
+    label = f'"{escape(line.label)}"'  # an attribute value, quotes escaped
     if not line.connect:
         # Every dot in one path: a zero-length stroke with round caps draws a dot.
         dots = "".join(f"M{fmt(x)} {fmt(y)}h0" for x, y in pixels)
