@@ -29,7 +29,7 @@ class ScheduledRequest:
         return self.num_new_tokens == 1 and self.num_context_tokens >= self.request.prompt_len
 
 
-@dataclass
+@dataclass(slots=True)
 class SchedulerOutput:
     scheduled: list[ScheduledRequest] = field(default_factory=list)  # running first, then new
     preempted: list[Request] = field(default_factory=list)
@@ -45,7 +45,7 @@ class SchedulerOutput:
         self.num_scheduled_tokens += num_new_tokens
 
 
-@dataclass
+@dataclass(slots=True)
 class StepResult:
     """What a step produced, as `update_from_output` applied it."""
     finished: list[Request] = field(default_factory=list)
