@@ -60,9 +60,9 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
         "run", help="one mode in depth: vllm bench serve's result block, timeline, charts",
         description="Serve one workload in one mode and print the block `vllm bench serve` "
                     "prints (same labels and order), then servesim's own section: engine steps; "
-                    "mean batch size = requests per step; preemptions; padding %% = computed "
-                    "tokens that were padding; KV waste %% = reserved KV slots holding no token, "
-                    "averaged over time; peak KV use %% = most KV slots reserved at once, of the "
+                    "mean batch size = requests per step; preemptions; padding % = computed "
+                    "tokens that were padding; KV waste % = reserved KV slots holding no token, "
+                    "averaged over time; peak KV use % = most KV slots reserved at once, of the "
                     "pool. Failed requests are those rejected (prompt too long for "
                     "--max-model-len). Peak output token throughput = most tokens in one whole "
                     "second; peak concurrent requests = most requests in flight at once. Times "
