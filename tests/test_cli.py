@@ -89,3 +89,9 @@ def test_a_bad_trace_line_leaves_no_step_log_behind(tmp_path):
     assert result.returncode == 2
     assert "t.csv:4: time goes backwards" in result.stderr
     assert os.listdir(tmp_path) == ["t.csv"]
+
+
+@pytest.mark.parametrize("command", ["compare", "run", "sweep", "presets", "lesson-check"])
+def test_every_command_explains_itself(command):
+    result = servesim(command, "--help")
+    assert result.returncode == 0 and "%%" not in result.stdout
