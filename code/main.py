@@ -25,7 +25,7 @@ BLOCK_SIZE = 16                # tokens per KV block (--block-size)
 MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATIC's batch size
 # ─────────────────────────────────────────────────────────────────────────────────────────────
 
-import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
+from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
 from metrics import RunRecorder  # noqa: E402
 from batch import EngineStep  # noqa: E402
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from lesson_check import LessonCheck, in_band, report_lines
+from commands.lesson_check import LessonCheck, in_band, report_lines
 from main import simulate
 
 

@@ -4,15 +4,15 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-import plots
+from reports import plots
 from config import EngineConfig
 from forward_model import make_clock
 from gpu_memory import plan_memory
 from main import simulate
 from modes import MODES
-from observers import Watch, serve_modes
-from plots import decimate_min_max
-from sweep import SweepPoint
+from commands.serving import Watch, serve_modes
+from reports.plots import decimate_min_max
+from commands.sweep import SweepPoint
 from workload import mixed_workload
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-import cli
+from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
 import main
 from metrics import peak_concurrent_requests, percentile_name
 from request import Request
-from timeseries import StepSeries, peak_output_tokens_per_s
+from reports.timeseries import StepSeries, peak_output_tokens_per_s
 
 KNOBS = {"modes": main.MODES, "max_num_batched_tokens": main.MAX_NUM_BATCHED_TOKENS,
          "block_size": main.BLOCK_SIZE, "max_num_seqs": main.MAX_NUM_SEQS}

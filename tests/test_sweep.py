@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import cli
+from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
 import main
 from config import ConfigError
-from sweep import SweepPoint, parse_loads, sweep_table
+from commands.sweep import SweepPoint, parse_loads, sweep_table
 
 KNOBS = {"modes": main.MODES, "max_num_batched_tokens": main.MAX_NUM_BATCHED_TOKENS,
          "block_size": main.BLOCK_SIZE, "max_num_seqs": main.MAX_NUM_SEQS}

@@ -11,7 +11,7 @@ from forward_model import make_clock
 from main import simulate
 from modes import MODES
 from request import Request
-from timeline import (MAX_REQUEST_COLUMNS, TimelineSpec, TimelineWindow, parse_timeline_spec,
+from reports.timeline import (MAX_REQUEST_COLUMNS, TimelineSpec, TimelineWindow, parse_timeline_spec,
                       render_timeline)
 from workload import Workload
 

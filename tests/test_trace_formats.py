@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-import cli
+from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
 import main
-from trace_replay import trace_workload
+from traces.replay import trace_workload
 from workload import WorkloadError
 
 AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"  # the real files end lines with CRLF

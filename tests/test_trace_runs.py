@@ -18,7 +18,7 @@ from forward_model import make_clock
 from gpu_memory import plan_memory
 from modes import MODES
 from request import RequestStatus
-from trace_replay import trace_workload
+from traces.replay import trace_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 

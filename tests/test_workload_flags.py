@@ -2,10 +2,10 @@
 
 import pytest
 
-import cli
+from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
 from config import EngineConfig
 from workload import WorkloadError
-from workload_flags import workload_from_args
+from commands.workload_flags import workload_from_args
 
 KNOBS = {"modes": ["naive", "static", "continuous", "chunked"], "max_num_batched_tokens": None,
          "block_size": 16, "max_num_seqs": 256}

@@ -16,8 +16,8 @@ import argparse
 import math
 
 from config import EngineConfig
-from trace_formats import TRACE_FORMATS
-from trace_replay import trace_workload
+from traces.formats import TRACE_FORMATS
+from traces.replay import trace_workload
 from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, MixedLengths, NormalLengths,
                       RandomLengths, Workload, WorkloadError, mixed_workload, normal_workload,
                       random_workload)

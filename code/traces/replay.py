@@ -18,7 +18,7 @@ import math
 from typing import Iterator, Optional
 
 from request import Request
-from trace_formats import TRACE_FORMATS, TraceRow, detect_format, trace_error, trace_rows
+from traces.formats import TRACE_FORMATS, TraceRow, detect_format, trace_error, trace_rows
 from workload import Workload, WorkloadError, check_sending, closed_loop_note
 
 

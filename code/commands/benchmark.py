@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # code/, for the engine modules
 
 from config import EngineConfig  # noqa: E402
 from forward_model import make_clock  # noqa: E402

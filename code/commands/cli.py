@@ -11,20 +11,20 @@ import os
 import sys
 from dataclasses import fields
 
-import lesson_check
-import report
-import views
+from commands import lesson_check
+from reports import tables as report
+from commands import views
 from config import ConfigError, EngineConfig
 from forward_model import make_clock
 from goodput import parse_goodput
 from gpu_memory import plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
-from sweep import SWEEP_GOODPUT, SWEEP_MODES, SWEEP_RATES, parse_loads
-from timeline import parse_timeline_spec
+from commands.sweep import SWEEP_GOODPUT, SWEEP_MODES, SWEEP_RATES, parse_loads
+from reports.timeline import parse_timeline_spec
 from workload import WorkloadError
-from views import Outputs, Setup
-from workload_flags import add_workload_flags, workload_from_args
+from commands.views import Outputs, Setup
+from commands.workload_flags import add_workload_flags, workload_from_args
 
 DEFAULTS = EngineConfig()
 DEFAULT_TIMELINE_STEPS = 16

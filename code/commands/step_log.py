@@ -15,7 +15,7 @@ import os
 import tempfile
 
 from batch import EngineStep
-from output_files import publish
+from commands.output_files import publish
 
 
 class StepLog:

@@ -14,20 +14,20 @@ The text is returned, not printed, so that cli.py stays the one place that talks
 from dataclasses import dataclass, field
 from typing import Optional
 
-import plots
-import report
-import sweep
+from reports import plots
+from reports import tables as report
+from commands import sweep
 from config import EngineConfig
-from detailed import detailed_lists
+from commands.detailed import detailed_lists
 from goodput import add_request_goodput, describe_slos
 from gpu_memory import MemoryPlan, lookup
 from metrics import serving_metrics
-from observers import Watch, serve_modes
-from output_files import PendingFiles, check_writable
-from step_log import StepLog
-from timeline import LEGEND as TIMELINE_LEGEND
-from timeline import TimelineSpec, render_timeline
-from timeseries import peak_output_tokens_per_s
+from commands.serving import Watch, serve_modes
+from commands.output_files import PendingFiles, check_writable
+from commands.step_log import StepLog
+from reports.timeline import LEGEND as TIMELINE_LEGEND
+from reports.timeline import TimelineSpec, render_timeline
+from reports.timeseries import peak_output_tokens_per_s
 
 
 @dataclass

@@ -14,11 +14,11 @@ Nothing is attached that was not asked for: with no observers the engine loop do
 from dataclasses import dataclass
 from typing import Optional
 
-from detailed import TokenTimes
+from commands.detailed import TokenTimes
 from metrics import RunRecorder
-from step_log import StepLog
-from timeline import TimelineSpec, TimelineWindow
-from timeseries import StepSeries
+from commands.step_log import StepLog
+from reports.timeline import TimelineSpec, TimelineWindow
+from reports.timeseries import StepSeries
 
 
 @dataclass

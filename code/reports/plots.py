@@ -22,9 +22,9 @@ every spike and every dip survives; every point drawn is one of the run's own.
 
 import math
 
-from observers import ModeRun
-from svg import Canvas, Line, Panel, fmt, nice_top, render_panel
-from sweep import LOAD_LABELS, SweepPoint, load_text
+from commands.serving import ModeRun
+from reports.svg import Canvas, Line, Panel, fmt, nice_top, render_panel
+from commands.sweep import LOAD_LABELS, SweepPoint, load_text
 
 MODE_COLORS = {  # Okabe-Ito colours: distinct for colour-blind readers too
     "NAIVE": "#7f7f7f",
