@@ -9,10 +9,14 @@ running requests might be:
     "3"            1             1,201                 a decode
     "5"            1               388                 a decode
     "9"          510             2,048                 a prefill chunk of a long prompt
+
+`BatchScheduler` is the contract both schedulers keep (vLLM V1's in scheduler.py, the static one
+in static_batching.py); it is all the engine loop in main.py knows about a scheduler.
 """
 
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Protocol
 
 from request import Request
 
@@ -31,26 +35,82 @@ class ScheduledRequest:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """One step's batch, and the sums the virtual clock prices it by."""
     scheduled: list[ScheduledRequest] = field(default_factory=list)  # running first, then new
     preempted: list[Request] = field(default_factory=list)
-    num_scheduled_tokens: int = 0  # summed over `scheduled`
+    num_scheduled_tokens: int = 0  # new tokens, summed over `scheduled`
+    num_context_tokens: int = 0    # cached tokens they attend to, summed
+    num_attention_pairs: int = 0   # (query, key) pairs of causal attention, summed
+    num_decode_tokens: int = 0     # new tokens that were decodes (the rest are prompt tokens)
     num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch
 
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    @property
+    def num_seqs(self) -> int:
+        return len(self.scheduled)
+
     def add(self, request: Request, num_new_tokens: int, num_context_tokens: int) -> None:
-        self.scheduled.append(ScheduledRequest(request, num_new_tokens, num_context_tokens))
+        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens)
+        self.scheduled.append(scheduled)
         self.num_scheduled_tokens += num_new_tokens
+        self.num_context_tokens += num_context_tokens
+        # Causal: new token i attends to the whole context and to the i new tokens up to it.
+        self.num_attention_pairs += (num_new_tokens * num_context_tokens
+                                     + num_new_tokens * (num_new_tokens + 1) // 2)
+        if scheduled.is_decode:
+            self.num_decode_tokens += 1
 
 
 @dataclass(slots=True)
 class StepResult:
     """What a step produced, as `update_from_output` applied it."""
-    finished: list[Request] = field(default_factory=list)
+    sampled: list[Request] = field(default_factory=list)       # got an output token, batch order
+    first_tokens: list[Request] = field(default_factory=list)  # ... and it was their first
     itls_s: list[float] = field(default_factory=list)  # gap before each non-first token sampled
-    num_first_tokens: int = 0                          # requests that got their first token
+    finished: list[Request] = field(default_factory=list)
+
+    def sample(self, request: Request, now_s: float, max_model_len: int) -> bool:
+        """The step ending at `now_s` sampled one output token for `request`.
+
+        Returns whether that token was its last (it is then FINISHED; the scheduler frees its KV).
+        """
+        itl_s = request.append_output_token(now_s)
+        self.sampled.append(request)
+        if itl_s is None:
+            self.first_tokens.append(request)  # its time to first token ends here
+        else:
+            self.itls_s.append(itl_s)
+        if not request.is_done(max_model_len):
+            return False
+        request.finish()
+        self.finished.append(request)
+        return True
+
+
+class BatchScheduler(Protocol):
+    """What the engine loop asks of a scheduler, whichever mode it serves."""
+    kv_cache: object            # PagedKVCache or ContiguousKVCache (kv_cache.py)
+    running: list[Request]
+    waiting: deque[Request]
+
+    @property
+    def num_free_blocks(self) -> Optional[int]:
+        """Free KV blocks; None for contiguous reservations, which have no blocks."""
+
+    def add_request(self, request: Request) -> None:
+        """Queue an arrival, or reject it on the spot if it can never run."""
+
+    def has_unfinished_requests(self) -> bool: ...
+
+    def next_wakeup_s(self) -> Optional[float]:
+        """When an idle engine must look again without an arrival (STATIC's window), or None."""
+
+    def schedule(self, now_s: float) -> SchedulerOutput: ...
+
+    def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult: ...
 
 
 @dataclass

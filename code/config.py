@@ -1,13 +1,14 @@
-"""The serving flags: one dataclass of engine knobs, named and defaulted as vLLM names them.
+"""The serving flags: one frozen dataclass of engine knobs, named and defaulted as vLLM names them.
 
-Every field maps 1:1 to a command-line flag (`max_num_seqs` <-> `--max-num-seqs`). Where
-servesim's default differs from vLLM's, the comment says why. `validate()` turns a bad
-combination into one `ConfigError` line that names the problem and what would be valid; the
-CLI prints it and exits with status 2, as `vllm serve` refuses such a config at start-up.
+Every field maps 1:1 to a command-line flag (`max_num_seqs` <-> `--max-num-seqs`), except
+`default_chunked_budget`, which only the knob `MAX_NUM_BATCHED_TOKENS` in code/main.py sets. Where
+servesim's default differs from vLLM's, the comment says why. `validate()` turns a bad value into
+one `ConfigError` line that names the setting and what would be valid; the CLI prints it and exits
+with status 2, as `vllm serve` refuses such a config at start-up.
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 # With chunked prefill on, servesim slices prompts into the lesson's ~512-token chunks. vLLM V0
 # used 512 too; V1's `vllm serve` defaults to 2048 (8192 on GPUs with >= 70 GiB, A100 excepted),
@@ -22,7 +23,12 @@ class ConfigError(ValueError):
     """A configuration vLLM would refuse at start-up; the message is one line for the user."""
 
 
-@dataclass
+def flag_name(field_name: str) -> str:
+    """`max_num_seqs` -> `--max-num-seqs`: how a setting is named when a flag set it."""
+    return "--" + field_name.replace("_", "-")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     # -- the model and the hardware it runs on (see presets.py) --
     model: str = "llama-3.3-70b-fp8"    # the lesson's model ...
@@ -38,8 +44,12 @@ class EngineConfig:
     #                                     lesson's per-request reservation
     # -- the scheduler --
     max_num_seqs: int = 256             # most requests running at once; STATIC's batch size
-    max_num_batched_tokens: Optional[int] = None  # token budget per step; None: 512 with chunked
-    #                                     prefill, max(max_model_len, 2048) without
+    max_num_batched_tokens: Optional[int] = None  # token budget per step of every continuous
+    #                                     mode; None: default_chunked_budget with chunked prefill,
+    #                                     max(max_model_len, 2048) without (vLLM's rule)
+    default_chunked_budget: int = DEFAULT_CHUNKED_PREFILL_BUDGET  # CONTINUOUS+CHUNKED's budget
+    #                                     when --max-num-batched-tokens is not given: the lesson's
+    #                                     512-token slice (knob MAX_NUM_BATCHED_TOKENS)
     long_prefill_token_threshold: int = 0  # >0 caps one request's prompt tokens per step
     batching_window_ms: float = 10.0    # STATIC: how long the oldest request waits for a full batch
     # -- the virtual clock (forward_model.py) --
@@ -53,39 +63,42 @@ class EngineConfig:
         if self.max_num_batched_tokens is not None:
             return self.max_num_batched_tokens
         if enable_chunked_prefill:
-            return DEFAULT_CHUNKED_PREFILL_BUDGET
+            return self.default_chunked_budget
         return max(self.max_model_len, MIN_UNCHUNKED_BUDGET)
 
-    def validate(self) -> None:
-        """Refuse values no engine could run with, naming what would be valid."""
-        _require_positive("--block-size", self.block_size)
-        _require_positive("--max-model-len", self.max_model_len)
-        _require_positive("--max-num-seqs", self.max_num_seqs)
-        _require_positive("--tensor-parallel-size", self.tensor_parallel_size)
-        if self.max_num_batched_tokens is not None:
-            _require_positive("--max-num-batched-tokens", self.max_num_batched_tokens)
-        if self.num_gpu_blocks_override is not None:
-            _require_positive("--num-gpu-blocks-override", self.num_gpu_blocks_override)
+    def validate(self, name: Callable[[str], str] = flag_name) -> None:
+        """Refuse values no engine could run with, naming what would be valid.
+
+        `name(field)` says how the user set a field: a flag (`--block-size`) or a knob in
+        code/main.py (`BLOCK_SIZE`), so that the message points where the value was typed.
+        """
+        for field_name in ("block_size", "max_model_len", "max_num_seqs", "tensor_parallel_size",
+                           "default_chunked_budget"):
+            _require_positive(name(field_name), getattr(self, field_name))
+        for field_name in ("max_num_batched_tokens", "num_gpu_blocks_override"):
+            if getattr(self, field_name) is not None:
+                _require_positive(name(field_name), getattr(self, field_name))
         if self.long_prefill_token_threshold < 0:
-            raise ConfigError("--long-prefill-token-threshold must be >= 0 (0 turns the cap off), "
-                              f"got {self.long_prefill_token_threshold}")
+            raise ConfigError(f"{name('long_prefill_token_threshold')} must be >= 0 (0 turns the "
+                              f"cap off), got {self.long_prefill_token_threshold}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError("--gpu-memory-utilization must be in (0, 1], "
+            raise ConfigError(f"{name('gpu_memory_utilization')} must be in (0, 1], "
                               f"got {self.gpu_memory_utilization}")
         if self.kv_cache_dtype not in ("auto", "fp8"):
-            raise ConfigError(f"--kv-cache-dtype must be auto or fp8, got {self.kv_cache_dtype!r}")
+            raise ConfigError(f"{name('kv_cache_dtype')} must be auto or fp8, "
+                              f"got {self.kv_cache_dtype!r}")
         if self.batching_window_ms < 0:
-            raise ConfigError(f"--batching-window-ms must be >= 0, got {self.batching_window_ms}")
+            raise ConfigError(f"{name('batching_window_ms')} must be >= 0, "
+                              f"got {self.batching_window_ms}")
         if self.forward_model not in ("roofline", "linear"):
-            raise ConfigError("--forward-model must be roofline or linear, "
+            raise ConfigError(f"{name('forward_model')} must be roofline or linear, "
                               f"got {self.forward_model!r}")
-        for flag, value in (("--linear-step-ms", self.linear_step_ms),
-                            ("--linear-prefill-token-ms", self.linear_prefill_token_ms),
-                            ("--linear-decode-token-ms", self.linear_decode_token_ms)):
-            if value < 0:
-                raise ConfigError(f"{flag} must be >= 0, got {value}")
+        for field_name in ("linear_step_ms", "linear_prefill_token_ms", "linear_decode_token_ms"):
+            if getattr(self, field_name) < 0:
+                raise ConfigError(f"{name(field_name)} must be >= 0, "
+                                  f"got {getattr(self, field_name)}")
 
-    def validate_unchunked_budget(self) -> None:
+    def validate_unchunked_budget(self, name: Callable[[str], str] = flag_name) -> None:
         """Without chunked prefill every prompt runs whole, so the budget must hold the longest.
 
         vLLM refuses `--no-enable-chunked-prefill` with `max_num_batched_tokens < max_model_len`
@@ -94,11 +107,39 @@ class EngineConfig:
         budget = self.token_budget(enable_chunked_prefill=False)
         if budget < self.max_model_len:
             raise ConfigError(
-                f"--max-num-batched-tokens {budget} is below --max-model-len {self.max_model_len}: "
-                "with chunked prefill off a whole prompt must fit in one step (vLLM refuses this "
-                "too); raise the budget, lower --max-model-len, or leave out mode continuous")
+                f"{name('max_num_batched_tokens')} {budget} is below --max-model-len "
+                f"{self.max_model_len}: with chunked prefill off a whole prompt must fit in one "
+                "step (vLLM refuses this too); raise the budget, lower --max-model-len, or leave "
+                "out mode continuous")
 
 
-def _require_positive(flag: str, value: int) -> None:
+@dataclass(frozen=True)
+class Knobs:
+    """The exercise knobs at the top of code/main.py: what every command starts from.
+
+    A flag given on the command line overrides its knob for that run. A refusal caused by a knob
+    names the knob, since that is where the learner typed the value.
+    """
+    compared_modes: tuple = ("naive", "static", "continuous", "chunked")  # compare's rows
+    max_num_batched_tokens: int = DEFAULT_CHUNKED_PREFILL_BUDGET  # CONTINUOUS+CHUNKED's budget
+    block_size: int = 16
+    max_num_seqs: int = 256
+
+    # EngineConfig field -> the knob in code/main.py that sets it when its flag is not given.
+    FIELD_KNOBS = {"default_chunked_budget": "MAX_NUM_BATCHED_TOKENS", "block_size": "BLOCK_SIZE",
+                   "max_num_seqs": "MAX_NUM_SEQS"}
+
+    def engine_defaults(self) -> dict:
+        """The EngineConfig fields the knobs set, by field name."""
+        return {"default_chunked_budget": self.max_num_batched_tokens,
+                "block_size": self.block_size, "max_num_seqs": self.max_num_seqs}
+
+    @staticmethod
+    def name(field_name: str) -> str:
+        """How a refusal names a knob-set field: `BLOCK_SIZE in code/main.py`."""
+        return f"{Knobs.FIELD_KNOBS[field_name]} in code/main.py"
+
+
+def _require_positive(name: str, value: int) -> None:
     if value < 1:
-        raise ConfigError(f"{flag} must be a positive integer, got {value}")
+        raise ConfigError(f"{name} must be a positive integer, got {value}")

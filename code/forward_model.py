@@ -69,15 +69,8 @@ class RooflineClock:
         self.link_bytes_per_s = gpu.interconnect_gbs * 1e9
 
     def step_time_s(self, batch: SchedulerOutput) -> float:
-        num_tokens = 0
-        num_pairs = 0
-        num_context_tokens = 0
-        for scheduled in batch.scheduled:
-            new, context = scheduled.num_new_tokens, scheduled.num_context_tokens
-            num_tokens += new
-            num_context_tokens += context
-            num_pairs += new * context + new * (new + 1) // 2  # causal: token i sees i keys
-        return self.price(num_tokens, len(batch.scheduled), num_pairs, num_context_tokens)
+        return self.price(batch.num_scheduled_tokens, batch.num_seqs, batch.num_attention_pairs,
+                          batch.num_context_tokens)
 
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
@@ -113,7 +106,7 @@ class LinearClock:
         self.decode_token_s = config.linear_decode_token_ms / 1000
 
     def step_time_s(self, batch: SchedulerOutput) -> float:
-        num_decode = sum(1 for s in batch.scheduled if s.is_decode)
+        num_decode = batch.num_decode_tokens
         num_prefill = batch.num_scheduled_tokens - num_decode
         return self.step_s + self.prefill_token_s * num_prefill + self.decode_token_s * num_decode
 

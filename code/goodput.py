@@ -10,44 +10,12 @@ A request with a single output token has no TPOT; vLLM counts its TPOT as 0 for 
 does servesim. The scheduler's job, in the lesson's words, is to maximize goodput under a KV-block
 budget: a mode that serves more tokens per second but blows the TTFT or TPOT target of many
 requests has lower goodput. (The definition comes from the DistServe paper, arXiv 2401.09670.)
+`--goodput` itself is parsed in commands/flags.py.
 """
 
-from config import ConfigError
 from request import Request
 
 SLO_NAMES = ("ttft", "tpot", "e2el")  # the request-level metrics vLLM accepts, in its order
-EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
-
-
-def parse_goodput(pairs: list[str]) -> dict[str, float]:
-    """`["ttft:2000", "tpot:50"]` -> `{"ttft": 2000.0, "tpot": 50.0}` (milliseconds).
-
-    Refuses, in one line, anything vLLM's `--goodput` would refuse: a pair that is not KEY:VALUE,
-    an unknown key, a negative or non-numeric value. A key given twice keeps its last value,
-    as in vLLM.
-    """
-    slos_ms = {}
-    for pair in pairs:
-        name, separator, value_text = pair.partition(":")
-        if not separator or ":" in value_text:
-            raise ConfigError(f"--goodput {pair!r} is not KEY:MILLISECONDS; give pairs like "
-                              f"{EXAMPLE}")
-        if name not in SLO_NAMES:
-            raise ConfigError(f"--goodput {pair!r}: unknown metric {name!r}; "
-                              f"choose from {', '.join(SLO_NAMES)} (e.g. {EXAMPLE})")
-        slos_ms[name] = _milliseconds(pair, value_text)
-    return slos_ms
-
-
-def _milliseconds(pair: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value >= 0:  # NaN fails this too
-        raise ConfigError(f"--goodput {pair!r}: the target must be a number of milliseconds "
-                          f">= 0 (e.g. {EXAMPLE})")
-    return value
 
 
 def request_latencies_ms(request: Request) -> dict[str, float]:

@@ -1,38 +1,39 @@
 """servesim: the scheduler of an LLM serving engine, on a virtual clock.
 
-    python code/main.py             # compare: the four modes side by side on a mixed workload
-    python code/main.py --help      # the commands: compare, run, sweep, lesson-check, presets
+    python3 code/main.py            # compare: the four modes side by side on a mixed workload
+    python3 code/main.py --help     # the commands: compare, run, sweep, lesson-check, presets
 
 One engine loop (`simulate`, below) serves a stream of requests in any of four modes. Read it
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch
 on the virtual clock, advance the clock, apply the step. Then read, one lesson concept a file:
 
-    request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py
-    forward_model.py  gpu_memory.py  presets.py  workload.py  metrics.py
+    request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py  config.py
+    forward_model.py  gpu_memory.py  presets.py  workload.py  arrivals.py  metrics.py  goodput.py
 
-README.md lists every file in reading order, with what is around the engine (traces, reports,
-charts, sweeps, lesson-check, the command line).
+The shell around the engine (commands, reports, trace formats) lives in code/commands,
+code/reports and code/traces; README.md lists every file in reading order.
 """
 
 import sys
 
-# ── Knobs for the exercises: edit them and rerun, or override them with the flags named ────────
-MODES = ["naive", "static", "continuous", "chunked"]  # rows to compare (--mode); drop "chunked"
-#                                                        to turn chunked prefill off
-MAX_NUM_BATCHED_TOKENS = None  # token budget per step (--max-num-batched-tokens); None: 512-token
-#                                chunks with chunked prefill, max(max_model_len, 2048) without
+# ── Knobs for the exercises: edit them and rerun; a flag given on the command line wins ─────────
+COMPARED_MODES = ["naive", "static", "continuous", "chunked"]  # compare's rows (--mode); drop
+#                                                                 "chunked" to see it without
+MAX_NUM_BATCHED_TOKENS = 512   # CONTINUOUS+CHUNKED's token budget per step: the lesson's 512-token
+#                                slices (--max-num-batched-tokens sets every continuous mode's;
+#                                CONTINUOUS otherwise keeps vLLM's max(max_model_len, 2048))
 BLOCK_SIZE = 16                # tokens per KV block (--block-size)
 MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATIC's batch size
 # ─────────────────────────────────────────────────────────────────────────────────────────────
 
-from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
+from batch import BatchScheduler, EngineStep  # noqa: E402  (after the knobs: first screen)
+from config import Knobs  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
-from batch import EngineStep  # noqa: E402
 
 
 def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> RunRecorder:
     """Serve every request of `workload` in `mode`; return what was recorded."""
-    scheduler = mode.make_scheduler(config, num_gpu_blocks)
+    scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks)
     kv_cache = scheduler.kv_cache
     arrivals = workload.arrivals()
     recorder = RunRecorder(kv_cache.num_total_slots)
@@ -58,7 +59,7 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> Run
                                scheduler.num_free_blocks, reserved, used))
 
 
-def admit_arrivals(arrivals, scheduler, recorder, clock_s) -> None:
+def admit_arrivals(arrivals, scheduler: BatchScheduler, recorder, clock_s) -> None:
     """Hand every request that has arrived by now to the scheduler (which may reject it)."""
     arrived = arrivals.pop_arrived(clock_s)
     while arrived:
@@ -70,7 +71,7 @@ def admit_arrivals(arrivals, scheduler, recorder, clock_s) -> None:
         arrived = arrivals.pop_arrived(clock_s) if num_rejected else []
 
 
-def next_event_s(arrivals, scheduler, clock_s) -> float:
+def next_event_s(arrivals, scheduler: BatchScheduler, clock_s) -> float:
     """The idle engine's next wake-up: an arrival, or STATIC's batching window running out."""
     events = [t for t in (arrivals.next_arrival_s(), scheduler.next_wakeup_s()) if t is not None]
     if not events:
@@ -79,7 +80,12 @@ def next_event_s(arrivals, scheduler, clock_s) -> float:
     return max(clock_s, min(events))
 
 
+def knobs() -> Knobs:
+    """The knob block at the top of this file, as every command reads it."""
+    return Knobs(compared_modes=tuple(COMPARED_MODES), max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+                 block_size=BLOCK_SIZE, max_num_seqs=MAX_NUM_SEQS)
+
+
 if __name__ == "__main__":
-    knobs = {"modes": MODES, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
-             "block_size": BLOCK_SIZE, "max_num_seqs": MAX_NUM_SEQS}
-    sys.exit(cli.main(sys.argv[1:], knobs, simulate))
+    from commands.cli import main as command_line  # the shell loads only when run as a program
+    sys.exit(command_line(sys.argv[1:], simulate, knobs()))

@@ -9,7 +9,7 @@ calls `make_scheduler` and never asks a mode's name.
     CONTINUOUS+CHUNKED  vLLM V1, chunked prefill on                      PagedAttention
 """
 
-from config import EngineConfig
+from config import EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
 from scheduler import Scheduler
 from static_batching import StaticBatchScheduler
@@ -17,13 +17,14 @@ from static_batching import StaticBatchScheduler
 
 class StaticMode:
     """Batches formed by a size or a timeout and run to the end (NAIVE: size one, no timeout)."""
+    is_paged = False  # contiguous max_model_len reservations, no blocks
 
     def __init__(self, name: str, summary: str, one_at_a_time: bool):
         self.name = name
         self.summary = summary
         self.one_at_a_time = one_at_a_time
 
-    def check(self, config: EngineConfig) -> None:
+    def check(self, config: EngineConfig, name=flag_name) -> None:
         """Nothing beyond EngineConfig.validate: a padded batch ignores the token budget."""
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> StaticBatchScheduler:
@@ -38,15 +39,17 @@ class StaticMode:
 
 class ContinuousMode:
     """vLLM V1's iteration-level scheduler; chunked prefill is one flag of it."""
+    is_paged = True  # PagedAttention blocks
 
     def __init__(self, name: str, summary: str, enable_chunked_prefill: bool):
         self.name = name
         self.summary = summary
         self.enable_chunked_prefill = enable_chunked_prefill
 
-    def check(self, config: EngineConfig) -> None:
+    def check(self, config: EngineConfig, name=flag_name) -> None:
+        """A refusal vLLM makes only for this mode; `name` as in EngineConfig.validate."""
         if not self.enable_chunked_prefill:
-            config.validate_unchunked_budget()
+            config.validate_unchunked_budget(name)
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> Scheduler:
         return Scheduler(PagedKVCache(num_gpu_blocks, config.block_size),

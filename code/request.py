@@ -79,6 +79,10 @@ class Request:
         self.status = RequestStatus.REJECTED
         self.reject_reason = reason
 
+    def is_done(self, max_model_len: int) -> bool:
+        """Its output length is reached, or the sequence hit max_model_len (output capped)."""
+        return self.num_output_tokens >= self.max_tokens or self.num_tokens >= max_model_len
+
     def append_output_token(self, now_s: float) -> Optional[float]:
         """The step ending at `now_s` sampled a token for this request.
 

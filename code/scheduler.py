@@ -140,20 +140,8 @@ class Scheduler:
             request.num_computed_tokens += scheduled.num_new_tokens
             if request.num_computed_tokens < request.num_tokens:
                 continue  # a prompt chunk: the model samples nothing until the prompt is done
-            itl_s = request.append_output_token(now_s)
-            if itl_s is None:
-                result.num_first_tokens += 1
-            else:
-                result.itls_s.append(itl_s)
-            if self._is_done(request):
-                request.finish()
-                self.kv_cache.free(request.request_id)
-                result.finished.append(request)
+            if result.sample(request, now_s, self.max_model_len):
+                self.kv_cache.free(request.request_id)  # its blocks return to the pool at once
         if result.finished:
             self.running = [r for r in self.running if not r.is_finished]
         return result
-
-    def _is_done(self, request: Request) -> bool:
-        """Its output length is reached, or the sequence hit max_model_len (output capped)."""
-        return (request.num_output_tokens >= request.max_tokens
-                or request.num_tokens >= self.max_model_len)

@@ -115,16 +115,8 @@ class StaticBatchScheduler:
             if request.is_finished:
                 continue  # padding
             request.num_computed_tokens = request.num_tokens
-            itl_s = request.append_output_token(now_s)
-            if itl_s is None:
-                result.num_first_tokens += 1
-            else:
-                result.itls_s.append(itl_s)
-            if (request.num_output_tokens >= request.max_tokens
-                    or request.num_tokens >= self.max_model_len):
-                request.finish()
-                result.finished.append(request)
-                self.num_unfinished -= 1
+            if result.sample(request, now_s, self.max_model_len):
+                self.num_unfinished -= 1  # its reservation stays until the batch drains
         self.num_padded_tokens += output.scheduled[0].num_new_tokens
         if self.num_unfinished == 0:
             self._drain()

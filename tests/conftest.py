@@ -1,8 +1,15 @@
-"""Shared factories for servesim's tests: small requests, small schedulers, a stepping driver."""
+"""Shared factories for servesim's tests: small requests, small schedulers, a stepping driver,
+and the command line, run as a learner runs it (a process) or in this one (faster)."""
 
-from kv_cache import PagedKVCache
-from request import Request
-from scheduler import Scheduler
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from kv_cache import PagedKVCache  # noqa: E402
+from request import Request  # noqa: E402
+from scheduler import Scheduler  # noqa: E402
 
 
 def make_request(request_id, prompt_len, max_tokens=100, arrival_s=0.0) -> Request:
@@ -44,3 +51,19 @@ def make_workload(rows, max_concurrency=None):
 
     return Workload("test", f"{len(rows)} test requests", {"name": "test"}, make_requests,
                     max_concurrency)
+
+
+def servesim(*argv, cwd=None) -> subprocess.CompletedProcess:
+    """`python3 code/main.py ARGV...` in a process of its own, as a learner runs it."""
+    return subprocess.run([sys.executable, str(ROOT / "code" / "main.py"), *argv],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def servesim_here(capsys, *argv, knobs=None) -> tuple[int, str, str]:
+    """The same command in this process (no start-up cost): (exit status, stdout, stderr).
+    `knobs` replaces the knob block of code/main.py (default: as the file has them)."""
+    import main
+    from commands import cli
+    code = cli.main(list(argv), main.simulate, knobs or main.knobs())
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -2,19 +2,12 @@
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import servesim
+
 SMALL = ["--num-prompts", "12"]
-
-
-def servesim(*args, cwd=None):
-    return subprocess.run([sys.executable, str(ROOT / "code" / "main.py"), *args],
-                          capture_output=True, text=True, cwd=cwd)
 
 
 def test_same_seed_same_bytes_and_another_seed_another_workload():

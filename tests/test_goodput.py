@@ -3,7 +3,8 @@
 import pytest
 
 from config import ConfigError
-from goodput import describe_slos, is_good, parse_goodput, request_goodput
+from commands.flags import parse_goodput
+from goodput import describe_slos, is_good, request_goodput
 from request import Request
 
 

@@ -4,15 +4,15 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from reports import plots
+from commands.serving import Engine, Watch, serve_modes
 from config import EngineConfig
 from forward_model import make_clock
 from gpu_memory import plan_memory
 from main import simulate
 from modes import MODES
-from commands.serving import Watch, serve_modes
+from reports import plots
 from reports.plots import decimate_min_max
-from commands.sweep import SweepPoint
+from reports.sweep_table import SweepPoint
 from workload import mixed_workload
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -22,10 +22,9 @@ TIME_SERIES_CHARTS = ("itl-over-time", "kv-blocks-over-time", "queues-over-time"
 @pytest.fixture(scope="module")
 def runs():
     config = EngineConfig()
-    plan = plan_memory(config)
     modes = [MODES[name] for name in ("static", "continuous", "chunked")]
-    return serve_modes(simulate, mixed_workload(20, 4.0, 1.0, 0), modes, config,
-                       plan.num_gpu_blocks, make_clock(config), Watch(series=True))
+    engine = Engine(simulate, config, modes, plan_memory(config), make_clock(config), {})
+    return serve_modes(engine, mixed_workload(20, 4.0, 1.0, 0), Watch(series=True))
 
 
 @pytest.fixture(scope="module")

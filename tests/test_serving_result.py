@@ -4,14 +4,11 @@ import json
 
 import pytest
 
-from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
-import main
+from conftest import servesim_here as servesim
 from metrics import peak_concurrent_requests, percentile_name
 from request import Request
 from reports.timeseries import StepSeries, peak_output_tokens_per_s
 
-KNOBS = {"modes": main.MODES, "max_num_batched_tokens": main.MAX_NUM_BATCHED_TOKENS,
-         "block_size": main.BLOCK_SIZE, "max_num_seqs": main.MAX_NUM_SEQS}
 SMALL = ["--num-prompts", "20"]
 
 # The block as `vllm bench serve` prints it for a generative model with a tokenizer, transcribed
@@ -50,12 +47,6 @@ VLLM_LABELS = [
     "P99 E2EL (ms):",
 ]
 SERVESIM_SECTION = "---------------Scheduler (servesim)---------------"
-
-
-def servesim(capsys, *argv):
-    code = cli.main(list(argv), KNOBS, main.simulate)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def block_lines(out: str) -> list[str]:

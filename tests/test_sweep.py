@@ -6,27 +6,29 @@ import json
 
 import pytest
 
-from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
-import main
+from commands.flags import parse_loads
 from config import ConfigError
-from commands.sweep import SweepPoint, parse_loads, sweep_table
+from conftest import servesim_here
+from reports.sweep_table import SweepPoint, sweep_table
 
-KNOBS = {"modes": main.MODES, "max_num_batched_tokens": main.MAX_NUM_BATCHED_TOKENS,
-         "block_size": main.BLOCK_SIZE, "max_num_seqs": main.MAX_NUM_SEQS}
 FOUR_RATES = ["--num-prompts", "30", "--request-rates", "1,2,4,8"]
 
 
 def servesim_json(capsys, *argv) -> dict:
-    assert cli.main([*argv, "--format", "json"], KNOBS, main.simulate) == 0
-    return json.loads(capsys.readouterr().out)
+    code, out, err = servesim_here(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 @pytest.fixture(scope="module")
 def four_rates():
     """One sweep over four rates in three modes (well under a second), shared below."""
+    import main
+    from commands import cli
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.main(["sweep", *FOUR_RATES, "--format", "json"], KNOBS, main.simulate) == 0
+        assert cli.main(["sweep", *FOUR_RATES, "--format", "json"], main.simulate,
+                        main.knobs()) == 0
     return json.loads(out.getvalue())
 
 

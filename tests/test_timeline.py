@@ -11,8 +11,8 @@ from forward_model import make_clock
 from main import simulate
 from modes import MODES
 from request import Request
-from reports.timeline import (MAX_REQUEST_COLUMNS, TimelineSpec, TimelineWindow, parse_timeline_spec,
-                      render_timeline)
+from commands.flags import parse_timeline_spec
+from reports.timeline import MAX_REQUEST_COLUMNS, TimelineSpec, TimelineWindow, render_timeline
 from workload import Workload
 
 NUM_GPU_BLOCKS = 1000

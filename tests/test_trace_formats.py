@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
-import main
+from config import Knobs
+from conftest import servesim_here
 from traces.replay import trace_workload
 from workload import WorkloadError
 
@@ -43,10 +43,9 @@ def replayed(workload) -> list[tuple]:
 
 
 def run_json(argv: list[str], capsys) -> dict:
-    knobs = {"modes": ["naive", "static", "continuous", "chunked"],
-             "max_num_batched_tokens": None, "block_size": 16, "max_num_seqs": 256}
-    assert cli.main(["compare", *argv, "--format", "json"], knobs, main.simulate) == 0
-    return json.loads(capsys.readouterr().out)
+    code, out, err = servesim_here(capsys, "compare", *argv, "--format", "json", knobs=Knobs())
+    assert code == 0, err
+    return json.loads(out)
 
 
 # -- reading each format --------------------------------------------------------------------

@@ -6,21 +6,17 @@ is only what "arrival" means: an open-loop NAIVE request waits in the server's q
 wait is in its TTFT; a closed-loop client waits at home and sends later, so it is not.
 """
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import main
 from config import EngineConfig
+from conftest import ROOT, servesim
 from forward_model import make_clock
 from gpu_memory import plan_memory
 from modes import MODES
 from request import RequestStatus
 from traces.replay import trace_workload
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Arrivals 0, 0.01, 0.02 s queue up behind each other; the 9,000-token prompt is rejected.
 QUEUEING_TRACE = ("arrival_s,prompt_len,output_len\n"
@@ -87,8 +83,7 @@ def test_with_one_client_on_both_sides_every_metric_but_kv_is_equal(tmp_path, mo
 def test_bad_trace_exits_2_with_one_line_and_writes_nothing(tmp_path):
     path = write(tmp_path, QUEUEING_TRACE + "1.0,50,x\n")
     step_log = tmp_path / "steps.jsonl"
-    run = subprocess.run([sys.executable, str(ROOT / "code" / "main.py"), "--trace", path,
-                          "--step-log", str(step_log)], capture_output=True, text=True)
+    run = servesim("--trace", path, "--step-log", str(step_log))
     assert run.returncode == 2
     assert run.stdout == ""
     assert run.stderr == (f"servesim: error: {path}:7: output_len must be a whole number of "

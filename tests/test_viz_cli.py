@@ -6,19 +6,10 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
-import main
+from conftest import servesim_here as servesim
 from reports.timeline import LEGEND
 
-KNOBS = {"modes": main.MODES, "max_num_batched_tokens": main.MAX_NUM_BATCHED_TOKENS,
-         "block_size": main.BLOCK_SIZE, "max_num_seqs": main.MAX_NUM_SEQS}
 SMALL = ["--num-prompts", "12"]
-
-
-def servesim(capsys, *argv):
-    code = cli.main(list(argv), KNOBS, main.simulate)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize("argv, named", [

@@ -3,16 +3,14 @@
 import pytest
 
 from commands import cli  # noqa: E402  (after the knobs, so that they stay on the first screen)
-from config import EngineConfig
+from config import EngineConfig, Knobs
 from workload import WorkloadError
 from commands.workload_flags import workload_from_args
 
-KNOBS = {"modes": ["naive", "static", "continuous", "chunked"], "max_num_batched_tokens": None,
-         "block_size": 16, "max_num_seqs": 256}
 
 
 def workload_for(*flags: str, max_model_len: int = 8192):
-    args = cli.build_parser(KNOBS).parse_args(["compare", *flags])
+    args = cli.build_parser(Knobs()).parse_args(["compare", *flags])
     return workload_from_args(args, EngineConfig(max_model_len=max_model_len))
 
 

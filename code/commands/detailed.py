@@ -29,11 +29,8 @@ class TokenTimes:
         self.times_s: dict[str, list[float]] = defaultdict(list)
 
     def __call__(self, step: EngineStep) -> None:
-        mid_s = step.start_s + step.step_s / 2  # a token sampled at this step's end lies past it
-        for scheduled in step.batch.scheduled:
-            request = scheduled.request
-            if request.last_token_s is not None and request.last_token_s > mid_s:
-                self.times_s[request.request_id].append(request.last_token_s)
+        for request in step.result.sampled:
+            self.times_s[request.request_id].append(request.last_token_s)
 
     def itls_s(self, request_id: str) -> list[float]:
         times_s = self.times_s.get(request_id, [])

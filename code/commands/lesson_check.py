@@ -1,4 +1,4 @@
-"""`python code/main.py lesson-check`: the lesson's numbers against physics and simulation.
+"""`python3 code/main.py lesson-check`: the lesson's numbers against physics and simulation.
 
 The lesson asks learners to remember figures for Llama 3.3 70B FP8 on one H100 SXM5. Each check
 below states a claim, computes or simulates it under the lesson's own setup, looks for hardware
@@ -15,7 +15,7 @@ engine; nothing here is typed in except the claims themselves.
 import textwrap
 from dataclasses import dataclass, field, replace
 
-from config import ConfigError, EngineConfig
+from config import ConfigError, EngineConfig, Knobs
 from forward_model import RooflineClock
 from gpu_memory import GIB, lookup, plan_memory
 from modes import MODES
@@ -49,14 +49,17 @@ def hardware_name(config: EngineConfig) -> str:
 
 
 class LessonCheck:
-    """Runs the engine on the lesson's setups; `simulate` is main.simulate."""
+    """Runs the engine on the lesson's setups; `simulate` is main.simulate, and the knobs at the
+    top of code/main.py (block size, batch size, chunked budget) apply to every simulation."""
 
-    def __init__(self, simulate):
+    def __init__(self, simulate, knobs: Knobs = Knobs()):
         self.simulate = simulate
+        self.knobs = knobs
         self._cache: dict = {}
 
     def run(self, config: EngineConfig, mode: str, workload_name: str) -> dict:
-        key = (repr(config), mode, workload_name)  # EngineConfig is mutable: not hashable
+        config = replace(config, **self.knobs.engine_defaults())
+        key = (config, mode, workload_name)
         if key not in self._cache:
             plan = plan_memory(config)
             self._cache[key] = self.simulate(WORKLOADS[workload_name](), MODES[mode], config,
@@ -240,3 +243,17 @@ def report_lines(checks: list[Check]) -> list[str]:
 
 def _wrapped(line: str) -> str:
     return textwrap.fill(line, width=100, subsequent_indent=" " * 13)
+
+
+def add_parser(subparsers, knobs: Knobs) -> None:
+    parser = subparsers.add_parser(
+        "lesson-check", help="the lesson's numbers against physics and simulation",
+        description="For each number the lesson asks you to remember: the claim, what servesim "
+                    "computes or simulates under the lesson's setup (Llama-3.3-70B FP8 on one "
+                    "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
+                    "limit that decides it (memory capacity, bandwidth floor, compute peak).")
+    parser.set_defaults(command=run_lesson_check)
+
+
+def run_lesson_check(args, context) -> str:
+    return "\n".join(report_lines(LessonCheck(context.simulate, context.knobs).checks()))

@@ -1,10 +1,13 @@
-"""Watching the engine: the observers a command hooks into `simulate`, and what they saw.
+"""Serving a workload for a command: the checked engine setup, and the observers it attaches.
+
+`Engine` is everything a command needs to serve: the checked config, the modes, the memory plan,
+the clock, the goodput SLOs, and the engine loop itself (`main.simulate`, handed in by main.py).
 
 Every run has a `RunRecorder` (the metrics). What else to keep depends on what the user asked
 to see, so a command lists it in a `Watch` and gets back one `ModeRun` per mode:
 
-    --svg, run's block    StepSeries       one sample per step (timeseries.py)
-    --timeline            TimelineWindow   the few steps to draw (timeline.py)
+    --svg, run's block    StepSeries       one sample per step (reports/timeseries.py)
+    --timeline            TimelineWindow   the few steps to draw (reports/timeline.py)
     --save-detailed       TokenTimes       every token's time, per request (detailed.py)
     --step-log            StepLog          one JSON line per step (step_log.py)
 
@@ -12,13 +15,37 @@ Nothing is attached that was not asked for: with no observers the engine loop do
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from commands.detailed import TokenTimes
-from metrics import RunRecorder
 from commands.step_log import StepLog
+from config import EngineConfig
+from gpu_memory import MemoryPlan, lookup
+from metrics import RunRecorder
+from reports.tables import header_lines
 from reports.timeline import TimelineSpec, TimelineWindow
 from reports.timeseries import StepSeries
+from workload import WorkloadError
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine side of a command, every input already checked."""
+    simulate: Callable  # main.simulate
+    config: EngineConfig
+    modes: list
+    plan: MemoryPlan
+    clock: object
+    slos_ms: dict       # --goodput targets, ms; {} when not given
+
+    def serve(self, workload, mode, observers=()) -> RunRecorder:
+        return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks, self.clock,
+                             observers)
+
+    def title_lines(self, workload) -> list[str]:
+        """The report header: model, GPU, clock, KV cache, workload."""
+        model, gpu = lookup(self.config)
+        return header_lines(self.config, self.plan, model.name, gpu.name, workload)
 
 
 @dataclass
@@ -38,17 +65,31 @@ class ModeRun:
     token_times: Optional[TokenTimes] = None
 
 
-def serve_modes(simulate, workload, modes, config, num_gpu_blocks, clock,
-                watch: Watch) -> list[ModeRun]:
+def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
     """Serve the same workload in each mode, with the observers `watch` asks for."""
     runs = []
-    for mode in modes:
-        series = StepSeries(mode.name, config.block_size) if watch.series else None
+    for mode in engine.modes:
+        series = None
+        if watch.series:
+            series = StepSeries(mode.name, engine.config.block_size, is_paged=mode.is_paged)
         timeline = TimelineWindow(watch.timeline) if watch.timeline else None
         token_times = TokenTimes() if watch.token_times else None
         observers = [o for o in (series, timeline, token_times) if o is not None]
         if watch.step_log:
             observers.append(watch.step_log.observer(mode.name))
-        recorder = simulate(workload, mode, config, num_gpu_blocks, clock, observers)
+        recorder = engine.serve(workload, mode, observers)
         runs.append(ModeRun(mode.name, recorder, series, timeline, token_times))
     return runs
+
+
+def require_completions(recorder: RunRecorder) -> None:
+    """A run in which no request completed has no latency or throughput to show: say why, in
+    one line (exit status 2), instead of a table of zeros."""
+    if recorder.completed():
+        return
+    rejected = recorder.rejections()  # every request that did not complete was rejected
+    longest = max(request.prompt_len for request in rejected)
+    raise WorkloadError(
+        f"no request completed: all {len(rejected)} were rejected (e.g. request "
+        f"{rejected[0].request_id}: {rejected[0].reject_reason}); the longest prompt has "
+        f"{longest:,} tokens, so --max-model-len must be above that")

@@ -3,27 +3,23 @@
     {"mode": "CONTINUOUS+CHUNKED", "step": 0, "time_s": 0.0, "step_ms": 52.101,
      "scheduled": {"a": 512}, "preempted": [], "finished": [], "num_free_blocks": 11379}
 
-`time_s` is the virtual clock when the step began (rounded to the microsecond, `step_ms` too); `scheduled` lists request ids with the tokens
-each computed, in the scheduler's order (running first, then newly admitted); `num_free_blocks`
-is counted after the step (null for the contiguous allocator of NAIVE and STATIC, which has no
+`time_s` is the virtual clock when the step began (rounded to the microsecond, `step_ms` too);
+`scheduled` lists request ids with the tokens each computed, in the scheduler's order (running
+first, then newly admitted); `num_free_blocks` is counted after the step (null for the contiguous allocator of NAIVE and STATIC, which has no
 blocks). The file appears only when the whole run succeeded: it is written beside the target
-and renamed at the end, so a failed run leaves nothing half-written.
+and renamed at the end (output_files.py), so a failed run leaves nothing half-written.
 """
 
 import json
-import os
-import tempfile
 
 from batch import EngineStep
-from commands.output_files import publish
 
 
 class StepLog:
-    def __init__(self, path: str):
-        self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        descriptor, self._partial_path = tempfile.mkstemp(dir=directory, suffix=".partial")
-        self._file = os.fdopen(descriptor, "w", encoding="utf-8")
+    """Writes one JSON line per engine step to `file` (output_files.PendingFiles owns the file)."""
+
+    def __init__(self, file):
+        self._file = file
 
     def observer(self, mode_name: str):
         def write(step: EngineStep) -> None:
@@ -39,11 +35,3 @@ class StepLog:
             }
             self._file.write(json.dumps(line) + "\n")
         return write
-
-    def commit(self) -> None:
-        self._file.close()
-        publish(self._partial_path, self.path)
-
-    def discard(self) -> None:
-        self._file.close()
-        os.unlink(self._partial_path)

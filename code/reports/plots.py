@@ -22,9 +22,8 @@ every spike and every dip survives; every point drawn is one of the run's own.
 
 import math
 
-from commands.serving import ModeRun
 from reports.svg import Canvas, Line, Panel, fmt, nice_top, render_panel
-from commands.sweep import LOAD_LABELS, SweepPoint, load_text
+from reports.sweep_table import LOAD_LABELS, SweepPoint, load_text
 
 MODE_COLORS = {  # Okabe-Ito colours: distinct for colour-blind readers too
     "NAIVE": "#7f7f7f",
@@ -68,21 +67,21 @@ def decimate_min_max(points: list[tuple[float, float]],
 
 # -- the run's own data, as points (before thinning) ------------------------------------------
 
-def itl_points(run: ModeRun) -> list[tuple[float, float]]:
+def itl_points(run) -> list[tuple[float, float]]:
     """(virtual time s, ITL ms): one point per distinct gap per step."""
     return [(point.end_s, 1000 * point.itl_s) for point in run.series.itl_points]
 
 
-def kv_points(run: ModeRun) -> list[tuple[float, float]]:
+def kv_points(run) -> list[tuple[float, float]]:
     return list(zip(run.series.end_s, run.series.kv_blocks))
 
 
-def queue_points(run: ModeRun, waiting: bool) -> list[tuple[float, float]]:
+def queue_points(run, waiting: bool) -> list[tuple[float, float]]:
     counts = run.series.num_waiting if waiting else run.series.num_running
     return list(zip(run.series.end_s, counts))
 
 
-def ttft_cdf_points(run: ModeRun) -> list[tuple[float, float]]:
+def ttft_cdf_points(run) -> list[tuple[float, float]]:
     """(TTFT s, share of completed requests with a TTFT at most that): one point per request."""
     ttfts_s = sorted(r.first_token_s - r.arrival_s for r in run.recorder.completed())
     return [(ttft_s, (rank + 1) / len(ttfts_s)) for rank, ttft_s in enumerate(ttfts_s)]
@@ -96,8 +95,11 @@ def thin_cdf(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 # -- compare and run --------------------------------------------------------------------------
 
-def runs_svg(title_lines: list[str], runs: list[ModeRun], num_pool_blocks: float) -> str:
-    """The time series of every mode's run, one row per mode, and the TTFT CDF of all."""
+def runs_svg(title_lines: list[str], runs: list, num_pool_blocks: float) -> str:
+    """The time series of every mode's run, one row per mode, and the TTFT CDF of all.
+
+    `runs` are commands/serving.ModeRun: each mode's `name`, `recorder` and `series`.
+    """
     canvas = Canvas(WIDTH, 0)
     top = _header(canvas, title_lines, [CAPTION])
     column_width = (WIDTH - 2 * PADDING) / 3
@@ -139,11 +141,11 @@ def _header(canvas: Canvas, title_lines: list[str], captions: list[str]) -> floa
     return y + 12
 
 
-def _largest_queue(run: ModeRun) -> int:
+def _largest_queue(run) -> int:
     return max(run.series.num_running + run.series.num_waiting, default=1)
 
 
-def _row_label(canvas: Canvas, run: ModeRun, top: float) -> None:
+def _row_label(canvas: Canvas, run, top: float) -> None:
     metrics = run.recorder.summary()
     canvas.text(PADDING, top + 17, run.name, size=14, weight="bold", color=_color(run.name))
     canvas.text(PADDING + 14 + 10.5 * len(run.name), top + 17,
@@ -152,11 +154,11 @@ def _row_label(canvas: Canvas, run: ModeRun, top: float) -> None:
                 size=12, color="#555555")
 
 
-def _time_range(run: ModeRun) -> tuple[float, float]:
+def _time_range(run) -> tuple[float, float]:
     return 0.0, max(run.series.end_s, default=0.0) or 1.0
 
 
-def _itl_panel(run: ModeRun, x: float, y: float, width: float, y_top: float) -> Panel:
+def _itl_panel(run, x: float, y: float, width: float, y_top: float) -> Panel:
     """Dots, not a line: the gaps of one step and the next are separate samples."""
     color = _color(run.name)
     dots = Line("each gap", color, decimate_min_max(itl_points(run)), connect=False)
@@ -169,7 +171,7 @@ def _itl_panel(run: ModeRun, x: float, y: float, width: float, y_top: float) -> 
                  legend="top-right")
 
 
-def _kv_panel(run: ModeRun, x: float, y: float, width: float, num_pool_blocks: float) -> Panel:
+def _kv_panel(run, x: float, y: float, width: float, num_pool_blocks: float) -> Panel:
     title = "KV blocks held"
     if not run.series.is_paged:
         title = f"KV reserved (contiguous slots / {run.series.block_size})"
@@ -181,7 +183,7 @@ def _kv_panel(run: ModeRun, x: float, y: float, width: float, num_pool_blocks: f
                  (0.0, nice_top(num_pool_blocks)), [used, pool], title_color=_color(run.name))
 
 
-def _queue_panel(run: ModeRun, x: float, y: float, width: float, y_top: float) -> Panel:
+def _queue_panel(run, x: float, y: float, width: float, y_top: float) -> Panel:
     color = _color(run.name)
     running = Line("running", color, decimate_min_max(queue_points(run, waiting=False)))
     waiting = Line("waiting", color, decimate_min_max(queue_points(run, waiting=True)),
@@ -191,7 +193,7 @@ def _queue_panel(run: ModeRun, x: float, y: float, width: float, y_top: float) -
                  title_color=color, legend="top-right")
 
 
-def _cdf_panel(runs: list[ModeRun], top: float) -> Panel:
+def _cdf_panel(runs: list, top: float) -> Panel:
     lines = [Line(run.name, _color(run.name), thin_cdf(ttft_cdf_points(run))) for run in runs]
     ttfts_s = [x for line in lines for x, _ in line.points]
     positive = [t for t in ttfts_s if t > 0]

@@ -51,19 +51,6 @@ class TimelineSpec:
         return 0 if self.anchor == "start" else self.num_steps // 4
 
 
-def parse_timeline_spec(num_steps: int, where: str) -> TimelineSpec:
-    """`--timeline N --timeline-at WHERE` -> a TimelineSpec, or one line saying what is valid."""
-    if num_steps < 1:
-        raise ConfigError(f"--timeline takes a positive number of steps, got {num_steps}")
-    if where in ("start", "worst-itl"):
-        return TimelineSpec(num_steps, where)
-    prefix, _, request_id = where.partition(":")
-    if prefix == "request" and request_id:
-        return TimelineSpec(num_steps, "request", request_id)
-    raise ConfigError(f"--timeline-at must be one of {', '.join(ANCHORS)} "
-                      f"(e.g. request:7), got {where!r}")
-
-
 @dataclass
 class TimelineRow:
     index: int
@@ -80,16 +67,15 @@ class TimelineRow:
 
 def step_row(step: EngineStep) -> TimelineRow:
     """One step as a row. Called right after the step, while each request's state is current."""
-    mid_s = step.start_s + step.step_s / 2  # a token sampled at this step's end lies past it
+    sampled = {id(request) for request in step.result.sampled}
+    first_tokens = {id(request) for request in step.result.first_tokens}
     cells = []
     for scheduled in step.batch.scheduled:
         request = scheduled.request
-        sampled = request.last_token_s is not None and request.last_token_s > mid_s
         if not scheduled.is_decode:
-            first = request.first_token_s is not None and request.first_token_s > mid_s
-            text = f"P{scheduled.num_new_tokens}" + ("*" if first else "")
+            text = f"P{scheduled.num_new_tokens}" + ("*" if id(request) in first_tokens else "")
         else:
-            text = "d" if sampled else "."
+            text = "d" if id(request) in sampled else "."
         cells.append((request.request_id, text))
     cells += [(request.request_id, "X") for request in step.batch.preempted]
     return TimelineRow(step.index, step.start_s, 1000 * step.step_s,

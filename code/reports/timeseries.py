@@ -44,12 +44,11 @@ class StepSeries:
 
     def __call__(self, step: EngineStep) -> None:
         end_s = step.start_s + step.step_s
-        self.is_paged = step.num_free_blocks is not None
         self.end_s.append(end_s)
         self.num_running.append(step.num_running)
         self.num_waiting.append(step.num_waiting)
         self.kv_blocks.append(step.kv_reserved_slots / self.block_size)
-        self.num_output_tokens.append(step.result.num_first_tokens + len(step.result.itls_s))
+        self.num_output_tokens.append(len(step.result.sampled))
         for itl_s, count in sorted(Counter(step.result.itls_s).items()):
             self.itl_points.append(ItlPoint(end_s, itl_s, count))
 

@@ -1,0 +1,73 @@
+"""`compare` (the default command): one workload served in each mode, side by side.
+
+    check   every flag and output path, before anything runs          flags.py, output_files.py
+    serve   the workload in each mode, with the observers the
+            outputs need (charts, timeline, step log)                   serving.py
+    show    the table (or JSON) and any timelines; the files, whole,
+            only once every simulation and rendering succeeded         reports/
+"""
+
+import argparse
+
+from commands import flags
+from commands.output_files import PendingFiles
+from commands.serving import Watch, require_completions, serve_modes
+from commands.workload_flags import add_workload_flags, workload_from_args
+from goodput import add_request_goodput, describe_slos
+from reports import tables
+from reports.timeline import LEGEND as TIMELINE_LEGEND
+from reports.timeline import render_timeline
+
+
+def add_parser(subparsers, knobs) -> None:
+    parser = subparsers.add_parser(
+        "compare", help="the modes side by side on one workload (the default command)",
+        description="Serve one workload in each mode and print a table: output tok/s = output "
+                    "tokens / duration; TTFT = first token - arrival; TPOT = mean gap after the "
+                    "first token; ITL = every gap between tokens; seqs/step = mean batch size; "
+                    "padding % = computed tokens that were padding; KV waste % = reserved KV "
+                    "slots holding no token, averaged over time; preempted = preemption events. "
+                    "Times on the virtual clock.")
+    flags.add_engine_flags(parser, knobs)
+    add_workload_flags(parser)
+    group = parser.add_argument_group("output")
+    flags.add_mode_flag(group, default=None,
+                        default_text=f"{','.join(knobs.compared_modes)}: COMPARED_MODES in "
+                                     "code/main.py")
+    flags.add_format_flags(group)
+    flags.add_goodput_flag(parser)
+    flags.add_picture_flags(parser, timeline=True)
+    parser.set_defaults(command=run_compare)
+
+
+def run_compare(args: argparse.Namespace, context) -> str:
+    modes = flags.modes_from_args(args, context.knobs.compared_modes,
+                                  knob="COMPARED_MODES in code/main.py")
+    engine = flags.engine_from_args(args, context, modes)
+    workload = workload_from_args(args, engine.config)
+    outputs = flags.outputs_from_args(args)
+    with PendingFiles(outputs) as files:
+        watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
+                      step_log=files.step_log)
+        runs = serve_modes(engine, workload, watch)
+        require_completions(runs[0].recorder)
+        recorders = [(run.name, run.recorder) for run in runs]
+        results = [(run.name, add_request_goodput(run.recorder.summary(), run.recorder,
+                                                  engine.slos_ms)) for run in runs]
+        if outputs.svg:
+            from reports import plots  # only a run that draws needs the charts
+            files.add_text(outputs.svg, plots.runs_svg(engine.title_lines(workload), runs,
+                                                       engine.plan.num_gpu_blocks))
+        if outputs.format == "json":
+            return tables.to_json(engine.config, engine.plan, workload, results, recorders)
+        columns = tables.COLUMNS + ([tables.GOODPUT_COLUMN] if engine.slos_ms else [])
+        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms)
+        lines += [""] + tables.comparison_table(results, columns)
+        lines += tables.rejection_lines(recorders)
+        lines += [""] + tables.takeaways(dict(results), engine.config.forward_model)
+        for run in runs:
+            if run.timeline:
+                lines += [""] + render_timeline(run.name, run.timeline)
+        if outputs.timeline:
+            lines += TIMELINE_LEGEND
+        return "\n".join(lines)

@@ -1,0 +1,322 @@
+"""The flags the commands share, and what they turn into: a checked `Engine` and the `Outputs`.
+
+Engine flags carry vLLM's names and map 1:1 to `EngineConfig` fields (`--max-num-seqs` ->
+`max_num_seqs`); the workload's are `vllm bench serve`'s (workload_flags.py). A flag that a knob at
+the top of code/main.py also sets defaults to None here, meaning "not given: take the knob", so
+that a refusal can name where the value came from: the flag, or the knob.
+
+Every value is parsed and checked here, before any simulation or file: a bad one becomes one
+`ConfigError` line naming the flag and what would be valid.
+"""
+
+import argparse
+import math
+from dataclasses import dataclass, field, fields
+from typing import Callable, Optional
+
+from commands.serving import Engine
+from config import ConfigError, EngineConfig, Knobs, flag_name
+from forward_model import make_clock
+from goodput import SLO_NAMES
+from gpu_memory import plan_memory
+from modes import MODES
+from presets import GPUS, MODELS
+from reports.serving_block import PERCENTILE_METRICS
+from reports.timeline import ANCHORS, TimelineSpec
+
+DEFAULTS = EngineConfig()
+DEFAULT_TIMELINE_STEPS = 16
+GOODPUT_EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
+
+
+# -- the flags -----------------------------------------------------------------------------------
+
+def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
+    group = parser.add_argument_group("engine (vLLM's flag names)")
+    group.add_argument("--model", default=DEFAULTS.model, choices=list(MODELS),
+                       help=f"model preset (default {DEFAULTS.model})")
+    group.add_argument("--gpu", default=DEFAULTS.gpu, choices=list(GPUS),
+                       help=f"GPU preset (default {DEFAULTS.gpu})")
+    group.add_argument("--tensor-parallel-size", type=int, default=DEFAULTS.tensor_parallel_size,
+                       metavar="N", help="GPUs sharing weights and KV (default 1)")
+    group.add_argument("--gpu-memory-utilization", type=float, metavar="F",
+                       default=DEFAULTS.gpu_memory_utilization,
+                       help="share of GPU memory for weights + activations + KV (default 0.9)")
+    group.add_argument("--kv-cache-dtype", default=DEFAULTS.kv_cache_dtype, choices=["auto", "fp8"],
+                       help="auto = the model's 16-bit activation dtype")
+    group.add_argument("--block-size", type=int, default=None, metavar="TOKENS",
+                       help=f"tokens per KV block (default {knobs.block_size}: BLOCK_SIZE in "
+                            "code/main.py)")
+    group.add_argument("--num-gpu-blocks-override", type=int, default=None, metavar="N",
+                       help="use N KV blocks instead of sizing the pool from memory")
+    group.add_argument("--max-model-len", type=int, default=DEFAULTS.max_model_len,
+                       metavar="TOKENS", help=f"prompt + output cap (default {DEFAULTS.max_model_len})")
+    group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                       help=f"most requests per batch; STATIC's batch size (default "
+                            f"{knobs.max_num_seqs}: MAX_NUM_SEQS in code/main.py)")
+    group.add_argument("--max-num-batched-tokens", type=int, metavar="TOKENS", default=None,
+                       help=f"token budget per step of every continuous mode (default: "
+                            f"{knobs.max_num_batched_tokens} with chunked prefill, "
+                            "MAX_NUM_BATCHED_TOKENS in code/main.py; max(max_model_len, 2048) "
+                            "without, as vLLM)")
+    group.add_argument("--long-prefill-token-threshold", type=int, metavar="TOKENS",
+                       default=DEFAULTS.long_prefill_token_threshold,
+                       help="cap on one request's prompt tokens per step (0 = off)")
+    group.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                       default=None, help="choose CONTINUOUS+CHUNKED (or, with --no-..., "
+                                          "CONTINUOUS) as the continuous mode")
+    group.add_argument("--batching-window-ms", type=float, default=DEFAULTS.batching_window_ms,
+                       metavar="MS", help="STATIC: longest wait for a full batch (default 10)")
+    group.add_argument("--forward-model", default=DEFAULTS.forward_model,
+                       choices=["roofline", "linear"],
+                       help="roofline: step time from FLOPs and bytes; linear: the lesson toy's")
+    group.add_argument("--linear-step-ms", type=float, default=DEFAULTS.linear_step_ms,
+                       metavar="MS", help="linear clock: per step (default 0.2)")
+    group.add_argument("--linear-prefill-token-ms", type=float, metavar="MS",
+                       default=DEFAULTS.linear_prefill_token_ms,
+                       help="linear clock: per prompt token (default 0.04)")
+    group.add_argument("--linear-decode-token-ms", type=float, metavar="MS",
+                       default=DEFAULTS.linear_decode_token_ms,
+                       help="linear clock: per decode token (default 0.5)")
+
+
+def add_mode_flag(group, default: Optional[str], default_text: str, one: bool = False) -> None:
+    if one:
+        text = "one of naive, static, continuous, chunked"
+    else:
+        text = "comma list of naive, static, continuous, chunked, or all"
+    group.add_argument("--mode", default=default, help=f"{text} (default {default_text})")
+
+
+def add_format_flags(group, step_log: bool = True) -> None:
+    group.add_argument("--format", choices=["table", "json"], default="table")
+    if step_log:
+        group.add_argument("--step-log", default=None, metavar="FILE",
+                           help="write one JSON line per engine step to FILE")
+
+
+def add_goodput_flag(parser: argparse.ArgumentParser, default: str = "none") -> None:
+    parser.add_argument_group("goodput (vllm bench serve's flag)").add_argument(
+        "--goodput", nargs="+", default=None, metavar="KEY:MS",
+        help=f"SLOs in milliseconds, e.g. {GOODPUT_EXAMPLE}; request goodput (req/s) "
+             "= requests meeting every SLO given, per second of the run's duration "
+             f"(default {default})")
+
+
+def add_percentile_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("percentiles (vllm bench serve's flags)")
+    group.add_argument("--metric-percentiles", default="99", metavar="P[,P...]",
+                       help="percentiles to print for each metric, e.g. 50,90,99 (default 99)")
+    group.add_argument("--percentile-metrics", default=",".join(PERCENTILE_METRICS),
+                       metavar="M[,M...]",
+                       help="sections to print, from ttft, tpot, itl, e2el (default all four; "
+                            "vLLM leaves out e2el unless asked)")
+
+
+def add_picture_flags(parser: argparse.ArgumentParser, timeline: bool) -> None:
+    """--svg for every command; --timeline and --timeline-at where there are steps to draw."""
+    group = parser.add_argument_group("pictures")
+    if not timeline:
+        group.add_argument("--svg", default=None, metavar="PATH",
+                           help="write charts to PATH as one self-contained SVG file: output "
+                                "tok/s, P99 TTFT (s), P99 ITL (ms) and goodput (req/s) against "
+                                "the load, one line per mode")
+        return
+    group.add_argument("--svg", default=None, metavar="PATH",
+                       help="write charts to PATH as one self-contained SVG file: per mode, "
+                            "ITL (ms), KV blocks held and requests running and waiting over "
+                            "virtual time (s); and the TTFT CDF (s) of every mode")
+    group.add_argument("--timeline", type=int, nargs="?", const=DEFAULT_TIMELINE_STEPS,
+                       default=None, metavar="N",
+                       help="draw N engine steps as text, one row per step, one cell per "
+                            f"request (default N {DEFAULT_TIMELINE_STEPS})")
+    group.add_argument("--timeline-at", default=None, metavar="WHERE",
+                       help="which steps (implies --timeline): start (the first N, the "
+                            "default), worst-itl (around the step that ended the longest "
+                            "inter-token gap) or request:ID (around that request's first step)")
+
+
+# -- from flags to a checked engine --------------------------------------------------------------
+
+def config_from_args(args: argparse.Namespace,
+                     knobs: Knobs) -> tuple[EngineConfig, Callable[[str], str]]:
+    """The EngineConfig the flags and knobs make, checked; and how to name each field in a
+    refusal (the flag if it was given, else the knob that set it)."""
+    values = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}
+    from_knobs = set()
+    for field_name, knob_value in knobs.engine_defaults().items():
+        if values.get(field_name) is None:
+            values[field_name] = knob_value
+            from_knobs.add(field_name)
+
+    def name(field_name: str) -> str:
+        return Knobs.name(field_name) if field_name in from_knobs else flag_name(field_name)
+
+    config = EngineConfig(**values)
+    config.validate(name)
+    return config, name
+
+
+def modes_from_args(args: argparse.Namespace, default_names, knob: Optional[str] = None) -> list:
+    """--mode (or the default names; `knob` names where they were set) as mode objects."""
+    explicit = args.mode is not None
+    text = args.mode if explicit else ",".join(default_names)
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        names = list(MODES)
+    unknown = [n for n in names if n not in MODES]
+    if unknown or not names:
+        where = "--mode" if explicit or knob is None else knob
+        raise ConfigError(f"unknown {where} {','.join(unknown) or text!r}; "
+                          f"choose from {', '.join(MODES)} or all")
+    if args.enable_chunked_prefill is not None:
+        names = _apply_chunked_prefill_flag(names, args.enable_chunked_prefill, explicit)
+    return [MODES[n] for n in dict.fromkeys(names)]
+
+
+def _apply_chunked_prefill_flag(names: list[str], enabled: bool, explicit: bool) -> list[str]:
+    """--[no-]enable-chunked-prefill picks which continuous mode runs, as in `vllm serve`."""
+    wanted, unwanted = ("chunked", "continuous") if enabled else ("continuous", "chunked")
+    flag = "--enable-chunked-prefill" if enabled else "--no-enable-chunked-prefill"
+    if explicit and unwanted in names:
+        raise ConfigError(f"{flag} contradicts --mode {','.join(names)}; drop one of them")
+    if wanted not in names and unwanted not in names:
+        raise ConfigError(f"{flag} needs continuous or chunked in --mode")
+    return [wanted if n == unwanted else n for n in names]
+
+
+def engine_from_args(args: argparse.Namespace, context, modes: list,
+                     default_goodput=()) -> Engine:
+    """Config, modes, memory plan, clock and SLOs, every one checked; `context` is cli.Context."""
+    config, name = config_from_args(args, context.knobs)
+    for mode in modes:
+        mode.check(config, name)
+    slos_ms = parse_goodput(args.goodput or list(default_goodput))
+    return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
+                  slos_ms)
+
+
+# -- what to show and write ----------------------------------------------------------------------
+
+@dataclass
+class Outputs:
+    """What to show and which files to write, as the flags asked."""
+    format: str = "table"                       # "table" or "json" on stdout
+    svg: Optional[str] = None                   # --svg PATH
+    timeline: Optional[TimelineSpec] = None     # --timeline / --timeline-at
+    step_log: Optional[str] = None              # --step-log FILE
+    save_detailed: Optional[str] = None         # --save-detailed FILE
+    percentiles: list[float] = field(default_factory=lambda: [99.0])
+    percentile_metrics: list[str] = field(default_factory=lambda: list(PERCENTILE_METRICS))
+
+    def file_paths(self) -> list[tuple[str, str]]:
+        """(flag, path) of every file to write."""
+        paths = (("--svg", self.svg), ("--save-detailed", self.save_detailed),
+                 ("--step-log", self.step_log))
+        return [(flag, path) for flag, path in paths if path is not None]
+
+
+def outputs_from_args(args: argparse.Namespace) -> Outputs:
+    """What to show and write; every choice checked here, before anything runs. (A flag the
+    command does not have counts as not given: sweep has no --timeline, for instance.)"""
+    outputs = Outputs(format=args.format, svg=args.svg,
+                      step_log=getattr(args, "step_log", None),
+                      save_detailed=getattr(args, "save_detailed", None))
+    if getattr(args, "timeline", None) is not None or getattr(args, "timeline_at", None):
+        if args.format == "json":
+            raise ConfigError("--timeline draws text; leave it out with --format json")
+        num_steps = DEFAULT_TIMELINE_STEPS if args.timeline is None else args.timeline
+        outputs.timeline = parse_timeline_spec(num_steps, args.timeline_at or "start")
+    if hasattr(args, "metric_percentiles"):
+        outputs.percentiles = parse_percentiles(args.metric_percentiles)
+        outputs.percentile_metrics = parse_percentile_metrics(args.percentile_metrics)
+    return outputs
+
+
+# -- one flag's text to a value ------------------------------------------------------------------
+
+def parse_goodput(pairs: list[str]) -> dict[str, float]:
+    """`["ttft:2000", "tpot:50"]` -> `{"ttft": 2000.0, "tpot": 50.0}` (milliseconds).
+
+    Refuses, in one line, anything vLLM's `--goodput` would refuse: a pair that is not KEY:VALUE,
+    an unknown key, a negative or non-numeric value. A key given twice keeps its last value,
+    as in vLLM.
+    """
+    slos_ms = {}
+    for pair in pairs:
+        name, separator, value_text = pair.partition(":")
+        if not separator or ":" in value_text:
+            raise ConfigError(f"--goodput {pair!r} is not KEY:MILLISECONDS; give pairs like "
+                              f"{GOODPUT_EXAMPLE}")
+        if name not in SLO_NAMES:
+            raise ConfigError(f"--goodput {pair!r}: unknown metric {name!r}; "
+                              f"choose from {', '.join(SLO_NAMES)} (e.g. {GOODPUT_EXAMPLE})")
+        slos_ms[name] = _milliseconds(pair, value_text)
+    return slos_ms
+
+
+def _milliseconds(pair: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:  # NaN fails this too
+        raise ConfigError(f"--goodput {pair!r}: the target must be a number of milliseconds "
+                          f">= 0 (e.g. {GOODPUT_EXAMPLE})")
+    return value
+
+
+def parse_percentiles(text: str) -> list[float]:
+    """--metric-percentiles "50,90,99" -> [50.0, 90.0, 99.0]."""
+    percentiles = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value <= 100:
+            raise ConfigError("--metric-percentiles takes a comma list of numbers in [0, 100], "
+                              f"e.g. 50,90,99; got {item!r}")
+        percentiles.append(value)
+    return percentiles
+
+
+def parse_percentile_metrics(text: str) -> list[str]:
+    """--percentile-metrics "ttft,itl" -> ["ttft", "itl"] (printed in vLLM's order anyway)."""
+    names = [name.strip() for name in text.split(",")]
+    unknown = [name for name in names if name not in PERCENTILE_METRICS]
+    if unknown:
+        raise ConfigError(f"--percentile-metrics: unknown {','.join(unknown)!r}; choose from "
+                          f"{','.join(PERCENTILE_METRICS)}")
+    return names
+
+
+def parse_loads(flag: str, text: str, integer: bool) -> list[float]:
+    """"1,2,4,8" -> [1.0, 2.0, 4.0, 8.0]: positive, rising (inf allowed for rates)."""
+    loads = []
+    for item in text.split(","):
+        try:
+            value = int(item) if integer else float(item)
+        except ValueError:
+            value = -1
+        if not value > 0 or (integer and math.isinf(value)):
+            kind = "positive integers" if integer else "positive numbers (or inf)"
+            raise ConfigError(f"{flag} takes a comma list of {kind}, e.g. "
+                              f"{'1,8,32' if integer else '1,2,4,8'}; got {item!r} in {text!r}")
+        loads.append(value)
+    if any(later <= earlier for earlier, later in zip(loads, loads[1:])):
+        raise ConfigError(f"{flag} must rise from point to point (e.g. 1,2,4,8), got {text!r}")
+    return loads
+
+
+def parse_timeline_spec(num_steps: int, where: str) -> TimelineSpec:
+    """`--timeline N --timeline-at WHERE` -> a TimelineSpec, or one line saying what is valid."""
+    if num_steps < 1:
+        raise ConfigError(f"--timeline takes a positive number of steps, got {num_steps}")
+    if where in ("start", "worst-itl"):
+        return TimelineSpec(num_steps, where)
+    prefix, _, request_id = where.partition(":")
+    if prefix == "request" and request_id:
+        return TimelineSpec(num_steps, "request", request_id)
+    raise ConfigError(f"--timeline-at must be one of {', '.join(ANCHORS)} "
+                      f"(e.g. request:7), got {where!r}")

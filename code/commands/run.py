@@ -1,0 +1,88 @@
+"""`run`: one mode in depth, as `vllm bench serve` would report it, plus what the scheduler did.
+
+Prints vLLM's "Serving Benchmark Result" block (reports/serving_block.py), or the JSON; can draw a
+timeline and charts, and write vLLM's per-request lists (`--save-detailed`, detailed.py).
+"""
+
+import argparse
+
+from commands import flags
+from commands.detailed import detailed_lists
+from commands.output_files import PendingFiles
+from commands.serving import Watch, require_completions, serve_modes
+from commands.workload_flags import add_workload_flags, workload_from_args
+from config import ConfigError
+from goodput import describe_slos
+from metrics import serving_metrics
+from reports import tables
+from reports.serving_block import serving_result_block
+from reports.timeline import LEGEND as TIMELINE_LEGEND
+from reports.timeline import render_timeline
+from reports.timeseries import peak_output_tokens_per_s
+
+
+def add_parser(subparsers, knobs) -> None:
+    parser = subparsers.add_parser(
+        "run", help="one mode in depth: vllm bench serve's result block, timeline, charts",
+        description="Serve one workload in one mode and print the block `vllm bench serve` "
+                    "prints (same labels and order), then servesim's own section: engine steps; "
+                    "mean batch size = requests per step; preemptions = preemption events; "
+                    "padding % = computed tokens that were padding; KV waste % = reserved KV "
+                    "slots holding no token, averaged over time; peak KV use % = most KV slots "
+                    "reserved at once, of the pool. Failed requests are those rejected (prompt "
+                    "too long for --max-model-len). Peak output token throughput = most tokens "
+                    "in one whole second; peak concurrent requests = most requests in flight at "
+                    "once. Times on the virtual clock.")
+    flags.add_engine_flags(parser, knobs)
+    add_workload_flags(parser)
+    group = parser.add_argument_group("output")
+    flags.add_mode_flag(group, default="chunked", default_text="chunked", one=True)
+    flags.add_format_flags(group)
+    group.add_argument("--save-detailed", default=None, metavar="FILE",
+                       help="write JSON with per-request lists to FILE, as vllm bench serve "
+                            "--save-detailed: input_lens, output_lens, ttfts (s), itls (s, "
+                            "one list per request), latencies (s), start_times (s), errors")
+    flags.add_goodput_flag(parser)
+    flags.add_percentile_flags(parser)
+    flags.add_picture_flags(parser, timeline=True)
+    parser.set_defaults(command=run_one_mode)
+
+
+def run_one_mode(args: argparse.Namespace, context) -> str:
+    modes = flags.modes_from_args(args, ["chunked"])
+    if len(modes) != 1:
+        raise ConfigError(f"run takes one --mode (naive, static, continuous or chunked), "
+                          f"got {args.mode!r}; use compare for several")
+    engine = flags.engine_from_args(args, context, modes)
+    workload = workload_from_args(args, engine.config)
+    outputs = flags.outputs_from_args(args)
+    with PendingFiles(outputs) as files:
+        watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
+                      token_times=outputs.save_detailed is not None)
+        [mode_run] = serve_modes(engine, workload, watch)
+        name, recorder = mode_run.name, mode_run.recorder
+        require_completions(recorder)
+        first_arrival_s = min(r.arrival_s for r in recorder.completed())
+        metrics = serving_metrics(recorder, outputs.percentiles, engine.slos_ms,
+                                  peak_output_tokens_per_s(mode_run.series, first_arrival_s))
+        if outputs.svg:
+            from reports import plots  # only a run that draws needs the charts
+            files.add_text(outputs.svg, plots.runs_svg(engine.title_lines(workload), [mode_run],
+                                                       engine.plan.num_gpu_blocks))
+        if outputs.save_detailed:
+            detailed = {**metrics, **detailed_lists(recorder, mode_run.token_times)}
+            files.add_text(outputs.save_detailed, tables.to_json(
+                engine.config, engine.plan, workload, [(name, detailed)], [(name, recorder)],
+                indent=None) + "\n")
+        if outputs.format == "json":
+            return tables.to_json(engine.config, engine.plan, workload, [(name, metrics)],
+                                  [(name, recorder)])
+        mode = modes[0]
+        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms)
+        lines += [f"mode: {mode.name} ({mode.summary})", ""]
+        lines += serving_result_block(metrics, outputs.percentiles, outputs.percentile_metrics,
+                                      workload.params)
+        lines += tables.rejection_lines([(name, recorder)])
+        if mode_run.timeline:
+            lines += [""] + render_timeline(name, mode_run.timeline) + TIMELINE_LEGEND
+        return "\n".join(lines)
