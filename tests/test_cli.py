@@ -42,6 +42,8 @@ def test_json_has_the_design_contract_fields():
     (["--num-gpu-blocks-override", "10"], "less than one --max-model-len"),
     (["--request-rate", "0"], "--request-rate must be > 0"),
     (["--trace", "no-such-file.csv"], "cannot read trace"),
+    (["--max-model-len", "100"], "no request completed: all 80 were rejected"),
+    (["run", "--max-model-len", "100"], "no request completed"),
 ])
 def test_bad_input_gets_one_line_and_exit_status_2(args, says):
     result = servesim(*args)

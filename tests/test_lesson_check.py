@@ -6,6 +6,7 @@ import pytest
 
 from commands.lesson_check import LessonCheck, in_band, report_lines
 from main import simulate
+from readme_blocks import README, blocks
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +65,10 @@ def test_report_numbers_every_claim(checks):
     text = "\n".join(report_lines(checks))
     assert [line.split(".")[0] for line in text.splitlines() if re.match(r"\d\. claim", line)] == [
         str(n) for n in range(1, len(checks) + 1)]
+
+
+def test_readme_shows_this_very_report(checks):
+    # Computed once here for the checks above and for README's block (tests/test_readme.py skips it).
+    body = blocks(README.read_text(encoding="utf-8"))["lesson-check"]
+    assert body == "$ python3 code/main.py lesson-check\n" + "\n".join(report_lines(checks)) + "\n", (
+        "README block 'lesson-check' is stale: run python3 tests/readme_blocks.py")

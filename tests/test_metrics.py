@@ -1,6 +1,10 @@
 """Percentiles and latency metrics, against values computed by hand."""
 
+import math
+import random
 from collections import Counter
+
+import pytest
 
 from metrics import RunRecorder, percentile, weighted_percentile
 from batch import SchedulerOutput, StepResult
@@ -18,12 +22,27 @@ def test_percentiles_interpolate_linearly_like_numpy():
     assert percentile([], 99) == 0.0
 
 
-def test_counted_values_give_the_same_percentiles_as_the_expanded_list():
-    counts = Counter({0.010: 97, 0.050: 2, 0.900: 1})
-    expanded = [v for v, c in counts.items() for _ in range(c)]
-    for p in (1, 50, 90, 98, 99, 99.5, 100):
-        assert weighted_percentile(counts, p) == percentile(expanded, p)
+def numpy_linear_percentile(values: list[float], p: float) -> float:
+    """numpy.percentile(values, p) with its default method "linear", written out: the value at
+    rank p/100 x (n - 1) of the sorted list, interpolated between the two ranks around it."""
+    ordered = sorted(values)
+    rank = p / 100 * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def test_counted_values_give_numpys_percentiles_of_the_expanded_list():
+    rng = random.Random(7)
+    for _ in range(200):
+        counts = Counter({round(rng.uniform(0, 1), 3): rng.randint(1, 20)
+                          for _ in range(rng.randint(1, 12))})
+        expanded = [v for v, c in counts.items() for _ in range(c)]
+        for p in (0, 1, 50, 90, 98, 99, 99.5, 100, rng.uniform(0, 100)):
+            assert weighted_percentile(counts, p) == pytest.approx(
+                numpy_linear_percentile(expanded, p), rel=1e-12, abs=1e-15)
     # P99 of 100 items: rank 98.01 -> between the 99th (0.05) and 100th (0.9) values.
+    counts = Counter({0.010: 97, 0.050: 2, 0.900: 1})
     assert abs(weighted_percentile(counts, 99) - (0.05 + 0.85 * 0.01)) < 1e-12
 
 

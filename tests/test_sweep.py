@@ -98,3 +98,12 @@ def test_table_names_each_mode_once_and_reads_downwards():
         "                      8        100        2,000        30.0           0.50",
         "CONTINUOUS            1        100        2,000        30.0           0.50",
         "                      8        100        2,000        30.0           0.50"]
+
+
+def test_a_mode_saturates_only_where_its_throughput_stopped_growing(capsys):
+    code, rising, _ = servesim_here(capsys, "sweep", "--mode", "continuous", "--request-rates", "1,2")
+    assert code == 0 and "saturates at" not in rising
+    assert "CONTINUOUS did not saturate within this sweep" in rising
+    assert "--request-rates 1,2,4" in rising  # what to try next: twice the highest rate
+    code, full, _ = servesim_here(capsys, "sweep", "--mode", "continuous")
+    assert code == 0 and "CONTINUOUS saturates at about" in full

@@ -1,7 +1,7 @@
 """How fast servesim simulates: fixed workloads, wall time per engine step and per output token.
 
-    python3 code/benchmark.py            # about half a minute
-    python3 code/benchmark.py --quick    # the default workload only
+    python3 code/commands/benchmark.py            # about half a minute
+    python3 code/commands/benchmark.py --quick    # the default workload only
 
 This is where speed is measured, never in a test: machines are shared and noisy, so read the
 per-step and per-token costs and the ratios between modes, and repeat a run before trusting a
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # code/, for the e
 from config import EngineConfig  # noqa: E402
 from forward_model import make_clock  # noqa: E402
 from gpu_memory import plan_memory  # noqa: E402
-from main import simulate  # noqa: E402
+from main import knobs, simulate  # noqa: E402
 from modes import MODES  # noqa: E402
 from workload import mixed_workload, random_workload  # noqa: E402
 
@@ -30,7 +30,7 @@ CASES = [
 
 
 def measure(label: str, make_workload, mode_keys: list[str]) -> list[str]:
-    config = EngineConfig()
+    config = EngineConfig(**knobs().engine_defaults())  # the knob block of code/main.py
     plan, clock = plan_memory(config), make_clock(config)
     rows = []
     for key in mode_keys:
@@ -47,8 +47,9 @@ def measure(label: str, make_workload, mode_keys: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> None:
     cases = CASES[:1] if "--quick" in argv else CASES
-    simulate(mixed_workload(), MODES["chunked"], EngineConfig(),
-             plan_memory(EngineConfig()).num_gpu_blocks, make_clock(EngineConfig()))  # warm-up
+    config = EngineConfig(**knobs().engine_defaults())
+    simulate(mixed_workload(), MODES["chunked"], config, plan_memory(config).num_gpu_blocks,
+             make_clock(config))  # warm-up
     print(f"{'workload':<36} {'mode':<19} {'steps':>8} {'out tokens':>10} {'wall s':>7} "
           f"{'us/step':>9} {'out tok/wall s':>14}")
     for label, make_workload, mode_keys in cases:

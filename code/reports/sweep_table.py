@@ -3,7 +3,7 @@ saturated (commands/sweep.py serves the points; reports/plots.py draws them)."""
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 LOAD_LABELS = {"request_rate": "rate req/s", "max_concurrency": "concurrency"}
 SATURATION_BAND = 0.05  # a mode is saturated where more load adds under 5% to its throughput
@@ -86,9 +86,10 @@ def _not_saturated_line(mode_name: str, curve: list[SweepPoint]) -> str:
     last = curve[-1]
     rising = " -> ".join(f"{p.metrics['output_throughput']:,.0f}" for p in curve[-2:])
     flag = "--request-rates" if last.load_name == "request_rate" else "--concurrencies"
+    loads = ",".join(load_text(point.load) for point in curve + [replace(last, load=2 * last.load)])
     return (f"- {mode_name} did not saturate within this sweep: its throughput was still rising "
-            f"at {load_phrase(last)} ({rising} output tok/s); add a higher load, e.g. "
-            f"{flag} ...,{load_text(2 * last.load)}.")
+            f"at {load_phrase(last)} ({rising} output tok/s); try a higher load, e.g. "
+            f"{flag} {loads}.")
 
 
 def load_phrase(point: SweepPoint) -> str:

@@ -48,7 +48,13 @@ def comparison_table(rows: list[tuple[str, dict]], columns=COLUMNS) -> list[str]
 
 
 def takeaways(results: dict[str, dict], forward_model: str) -> list[str]:
-    """What the learner should read off the table, computed from it (modes may be missing)."""
+    """What the learner should read off the table, computed from it (modes may be missing).
+
+    A mode whose run took no virtual time has no throughput to compare, so it gets no line:
+    a takeaway never prints an infinite ratio.
+    """
+    results = {name: metrics for name, metrics in results.items()
+               if metrics["output_throughput"] > 0}
     lines = []
     naive, static = results.get("NAIVE"), results.get("STATIC")
     continuous, chunked = results.get("CONTINUOUS"), results.get("CONTINUOUS+CHUNKED")
@@ -98,7 +104,7 @@ def takeaways(results: dict[str, dict], forward_model: str) -> list[str]:
 
 
 def _share(a: dict, b: dict, key: str) -> float:
-    return a[key] / b[key] if b[key] else float("inf")
+    return a[key] / b[key]
 
 
 def _ratio(a: dict, b: dict, key: str) -> str:

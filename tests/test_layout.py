@@ -1,0 +1,59 @@
+"""The two wings: the engine flat in code/, the shell in its folders, and the engine alone behind
+`import main`."""
+
+import ast
+import subprocess
+import sys
+
+from conftest import ROOT
+
+CODE = ROOT / "code"
+SHELL_FOLDERS = {"commands", "reports", "traces"}
+MAX_ENGINE_MODULES = 18
+
+
+def engine_modules() -> list[str]:
+    return sorted(path.stem for path in CODE.glob("*.py"))
+
+
+def imported_roots(path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_code_holds_the_engine_and_the_shell_folders_only():
+    folders = {path.name for path in CODE.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert folders == SHELL_FOLDERS
+    assert "main" in engine_modules() and len(engine_modules()) <= MAX_ENGINE_MODULES
+    assert not (CODE / "__init__.py").exists()  # `code` must stay the standard library's module
+    for folder in SHELL_FOLDERS:
+        assert (CODE / folder / "__init__.py").read_text() == ""
+
+
+def test_no_module_or_folder_is_named_like_a_standard_library_module():
+    names = {path.stem for path in CODE.rglob("*.py")} | SHELL_FOLDERS
+    assert not names & (set(sys.stdlib_module_names) - {"__init__"})
+
+
+def test_no_engine_module_imports_from_the_shell():
+    for module in engine_modules():
+        shell = imported_roots(CODE / f"{module}.py") & SHELL_FOLDERS
+        if module == "main":  # its __main__ block hands argv to the command line, and only that
+            assert shell == {"commands"}
+            continue
+        assert not shell, f"code/{module}.py imports {shell}"
+
+
+def test_import_main_loads_the_engine_alone():
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import main; "
+             "print(' '.join(sorted(name for name, module in sys.modules.items() "
+             "if (getattr(module, '__file__', None) or '').startswith(sys.argv[1]))))")
+    loaded = subprocess.run([sys.executable, "-c", probe, str(CODE)], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert "main" in loaded
+    assert set(loaded) <= set(engine_modules()), set(loaded) - set(engine_modules())
