@@ -105,7 +105,7 @@ class RunRecorder:
         }
 
     def summary(self) -> dict:
-        """The run's metrics, named as in DESIGN.md's JSON contract (ms, s, per second)."""
+        """The run's metrics, named as in the JSON README documents (ms, s, per second)."""
         done = self.completed()
         rejected = self.rejections()
         start_s = min((r.arrival_s for r in self.requests), default=0.0)

@@ -2,7 +2,7 @@
 
 Only facts live here; what follows from them (parameter counts, weight bytes, KV bytes per
 token, KV capacity, step time) is derived in `gpu_memory.py` and `forward_model.py`, so a learner
-can check every derived figure against `python code/main.py presets`.
+can check every derived figure against `python3 code/main.py presets`.
 
 Compute peaks are *dense* tensor-core figures. NVIDIA's datasheets print FP8/BF16 "with
 sparsity", which is 2x the dense figure; LLM inference does not use 2:4 sparsity.

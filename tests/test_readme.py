@@ -32,3 +32,16 @@ def test_pasted_output_and_charts_are_current(name, tmp_path):
     for path in written_files(commands_of(body)):
         assert (ROOT / path).read_bytes() == (tmp_path / path.split("/", 1)[1]).read_bytes(), (
             f"{path} is stale: run python3 tests/readme_blocks.py and commit it")
+
+
+def test_ci_runs_exactly_the_test_command_readme_gives():
+    command = re.search(r"## Tests\n.*?```\n(?P<command>[^\n]+)\n```", TEXT, re.DOTALL)["command"]
+    ci_lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert command in ci_lines
+
+
+def test_every_file_readme_names_is_in_the_repository():
+    named = set(re.findall(r"(?<![\w./])((?:code|tests|outputs|\.ci)/[\w./-]*\w)", TEXT))
+    assert "code/main.py" in named
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"README names files that are not in the repository: {missing}"

@@ -100,7 +100,7 @@ def load_phrase(point: SweepPoint) -> str:
 
 
 def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> str:
-    """DESIGN.md's JSON shape: config, workload, and one result per (mode, point), each naming
+    """The JSON README documents: config, workload, and one result per (mode, point), each naming
     its request_rate and max_concurrency. `workload_params` describe the workload apart from
     the load the sweep varies (which is null there)."""
     config_json = asdict(config)
