@@ -9,7 +9,8 @@ For a request that arrived at `arrival_s` and got its tokens at t1 < t2 < ... < 
 
 Throughputs divide by the run's duration: first arrival to last token (or to the last arrival,
 if a rejected request came later). Percentiles interpolate linearly between the two nearest
-ranks, like numpy's default, so P50 of [1, 2, 3, 4] is 2.5.
+ranks, like numpy's default, so P50 of [1, 2, 3, 4] is 2.5. Means are exactly rounded sums
+(`math.fsum`), so they do not depend on the order values were recorded in.
 
 ITLs are many (one per output token), so the recorder counts equal gaps once: a decode step of
 64 requests adds "step_ms x 64", not 64 entries. Percentiles over (value, count) pairs give
@@ -48,8 +49,9 @@ def weighted_percentile(counts: Counter, p: float) -> float:
 
 
 def weighted_mean(counts: Counter) -> float:
+    """Exactly rounded (math.fsum): the mean does not depend on the order values came in."""
     total = sum(counts.values())
-    return sum(v * c for v, c in counts.items()) / total if total else 0.0
+    return math.fsum(v * c for v, c in counts.items()) / total if total else 0.0
 
 
 class RunRecorder:
