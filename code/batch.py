@@ -35,10 +35,16 @@ class ScheduledRequest:
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """One step's batch, and the sums the virtual clock prices it by."""
+    """One step's batch, and the sums the virtual clock prices it by.
+
+    Requests are named one by one in `scheduled`, except, on the engine's fast path, the running
+    decodes, which are counted in bulk (`num_bulk_decodes`): each computes exactly one token, so
+    the sums need only their number and their summed context (see running_decodes.py).
+    """
     scheduled: list[ScheduledRequest] = field(default_factory=list)  # running first, then new
     preempted: list[Request] = field(default_factory=list)
-    num_scheduled_tokens: int = 0  # new tokens, summed over `scheduled`
+    num_bulk_decodes: int = 0      # running decodes not named in `scheduled` (they come first)
+    num_scheduled_tokens: int = 0  # new tokens, summed over the batch
     num_context_tokens: int = 0    # cached tokens they attend to, summed
     num_attention_pairs: int = 0   # (query, key) pairs of causal attention, summed
     num_decode_tokens: int = 0     # new tokens that were decodes (the rest are prompt tokens)
@@ -46,11 +52,11 @@ class SchedulerOutput:
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled
+        return not (self.scheduled or self.num_bulk_decodes)
 
     @property
     def num_seqs(self) -> int:
-        return len(self.scheduled)
+        return len(self.scheduled) + self.num_bulk_decodes
 
     def add(self, request: Request, num_new_tokens: int, num_context_tokens: int) -> None:
         scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens)
@@ -63,14 +69,29 @@ class SchedulerOutput:
         if scheduled.is_decode:
             self.num_decode_tokens += 1
 
+    def add_decodes(self, num_decodes: int, num_context_tokens: int) -> None:
+        """`num_decodes` decodes of one token each, attending to `num_context_tokens` in all:
+        the sums `add` would reach adding them one by one."""
+        self.num_bulk_decodes += num_decodes
+        self.num_scheduled_tokens += num_decodes
+        self.num_context_tokens += num_context_tokens
+        self.num_attention_pairs += num_context_tokens + num_decodes
+        self.num_decode_tokens += num_decodes
+
 
 @dataclass(slots=True)
 class StepResult:
     """What a step produced, as `update_from_output` applied it."""
     sampled: list[Request] = field(default_factory=list)       # got an output token, batch order
     first_tokens: list[Request] = field(default_factory=list)  # ... and it was their first
-    itls_s: list[float] = field(default_factory=list)  # gap before each non-first token sampled
+    num_bulk_sampled: int = 0   # decodes that sampled without being named (SchedulerOutput's bulk)
+    itls: list[tuple[float, int]] = field(default_factory=list)  # (gap before a token, s; how many
+    #                                                               tokens followed that gap)
     finished: list[Request] = field(default_factory=list)
+
+    @property
+    def num_sampled(self) -> int:
+        return len(self.sampled) + self.num_bulk_sampled
 
     def sample(self, request: Request, now_s: float, max_model_len: int) -> bool:
         """The step ending at `now_s` sampled one output token for `request`.
@@ -82,7 +103,10 @@ class StepResult:
         if itl_s is None:
             self.first_tokens.append(request)  # its time to first token ends here
         else:
-            self.itls_s.append(itl_s)
+            self.itls.append((itl_s, 1))
+        return self.finish_if_done(request, max_model_len)
+
+    def finish_if_done(self, request: Request, max_model_len: int) -> bool:
         if not request.is_done(max_model_len):
             return False
         request.finish()

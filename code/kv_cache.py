@@ -56,7 +56,6 @@ class PagedKVCache:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks)
         self.block_tables: dict[str, list[int]] = {}
-        self.num_cached_tokens: dict[str, int] = {}
         self.num_used_slots = 0  # real tokens held, summed over requests
 
     @property
@@ -81,20 +80,30 @@ class PagedKVCache:
 
     def allocate_slots(self, request_id: str, num_computed: int, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` after `num_computed`; False (nothing taken) if full."""
-        num_total = num_computed + num_new_tokens
-        num_new_blocks = self.num_new_blocks_needed(request_id, num_total)
+        num_new_blocks = self.num_new_blocks_needed(request_id, num_computed + num_new_tokens)
         if num_new_blocks > self.num_free_blocks:
             return False
         if num_new_blocks:  # the tokens cross into blocks the request does not hold yet
             self.block_tables.setdefault(request_id, []).extend(self.pool.take(num_new_blocks))
-        self.num_used_slots += num_total - self.num_cached_tokens.get(request_id, 0)
-        self.num_cached_tokens[request_id] = num_total
+        self.num_used_slots += num_new_tokens
         return True
 
-    def free(self, request_id: str) -> None:
-        """Return every block of the request to the pool (it finished or was preempted)."""
+    def allocate_decode_slots(self, crossing_ids: list[str], num_decodes: int) -> None:
+        """Room for one more token in each of `num_decodes` running decodes, of which those in
+        `crossing_ids` (in running order) fill their last block and take a new one. The caller
+        has checked that the pool holds that many blocks; the same as `allocate_slots(id, c, 1)`
+        for every decode, at the cost of only the decodes that cross."""
+        assert len(crossing_ids) <= self.num_free_blocks, "caller must check num_free_blocks first"
+        free_block_ids, block_tables = self.pool.free_block_ids, self.block_tables
+        for request_id in crossing_ids:
+            block_tables[request_id].append(free_block_ids.popleft())
+        self.num_used_slots += num_decodes
+
+    def free(self, request_id: str, num_cached_tokens: int) -> None:
+        """Return every block of the request, which held `num_cached_tokens` tokens, to the pool
+        (it finished or was preempted)."""
         self.pool.give_back(self.block_tables.pop(request_id, []))
-        self.num_used_slots -= self.num_cached_tokens.pop(request_id, 0)
+        self.num_used_slots -= num_cached_tokens
 
 
 class ContiguousKVCache:
@@ -103,8 +112,8 @@ class ContiguousKVCache:
     def __init__(self, num_total_slots: int, max_model_len: int):
         self.num_total_slots = num_total_slots
         self.max_model_len = max_model_len
-        self.num_cached_tokens: dict[str, int] = {}  # one entry per reservation
-        self.num_used_slots = 0
+        self.num_reservations = 0
+        self.num_used_slots = 0   # real tokens in the reservations, summed
 
     @property
     def max_num_reservations(self) -> int:
@@ -112,20 +121,21 @@ class ContiguousKVCache:
 
     @property
     def num_free_reservations(self) -> int:
-        return self.max_num_reservations - len(self.num_cached_tokens)
+        return self.max_num_reservations - self.num_reservations
 
     @property
     def num_reserved_slots(self) -> int:
-        return len(self.num_cached_tokens) * self.max_model_len
+        return self.num_reservations * self.max_model_len
 
-    def reserve(self, request_id: str) -> None:
+    def reserve(self) -> None:
         assert self.num_free_reservations > 0, "caller must check num_free_reservations first"
-        self.num_cached_tokens[request_id] = 0
+        self.num_reservations += 1
 
-    def fill(self, request_id: str, num_tokens: int) -> None:
-        """The request's real tokens in its reservation grew by `num_tokens`."""
-        self.num_cached_tokens[request_id] += num_tokens
+    def fill(self, num_tokens: int) -> None:
+        """Real tokens in the reservations grew by `num_tokens` (summed over requests)."""
         self.num_used_slots += num_tokens
 
-    def free(self, request_id: str) -> None:
-        self.num_used_slots -= self.num_cached_tokens.pop(request_id)
+    def free(self, num_cached_tokens: int) -> None:
+        """Give back a reservation that held `num_cached_tokens` real tokens."""
+        self.num_reservations -= 1
+        self.num_used_slots -= num_cached_tokens

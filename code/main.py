@@ -34,6 +34,7 @@ from metrics import RunRecorder  # noqa: E402
 def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> RunRecorder:
     """Serve every request of `workload` in `mode`; return what was recorded."""
     scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks)
+    scheduler.bulk_decodes = not any(needs_every_request(observe) for observe in observers)
     kv_cache = scheduler.kv_cache
     arrivals = workload.arrivals()
     recorder = RunRecorder(kv_cache.num_total_slots)
@@ -59,14 +60,24 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> Run
                                scheduler.num_free_blocks, reserved, used))
 
 
+def needs_every_request(observer) -> bool:
+    """Does this observer read each request of every step (a step log, a timeline), or only the
+    step's sums (a chart)? With none of the first kind attached, the schedulers may count the
+    running decodes in bulk (running_decodes.py): same decisions, less work per step."""
+    return getattr(observer, "needs_every_request", True)
+
+
 def admit_arrivals(arrivals, scheduler: BatchScheduler, recorder, clock_s) -> None:
     """Hand every request that has arrived by now to the scheduler (which may reject it)."""
     arrived = arrivals.pop_arrived(clock_s)
     while arrived:
+        num_rejected = 0
         for request in arrived:
             recorder.on_arrival(request)
             scheduler.add_request(request)
-        num_rejected = sum(1 for request in arrived if request.is_finished)
+            if request.is_finished:  # rejected on arrival: it can never run
+                recorder.on_finished(request)
+                num_rejected += 1
         arrivals.on_finished(num_rejected, clock_s)  # a rejected client may send its next one
         arrived = arrivals.pop_arrived(clock_s) if num_rejected else []
 

@@ -14,44 +14,79 @@ ranks, like numpy's default, so P50 of [1, 2, 3, 4] is 2.5. Means are exactly ro
 
 ITLs are many (one per output token), so the recorder counts equal gaps once: a decode step of
 64 requests adds "step_ms x 64", not 64 entries. Percentiles over (value, count) pairs give
-exactly what the expanded list would.
+exactly what the expanded list would. And the recorder keeps no request: when one ends, it
+notes its five numbers (arrival, prompt length, first and last token time, output tokens) in
+arrays, so memory stays flat with the number of requests.
 """
 
 import bisect
 import math
+from array import array
 from collections import Counter
+from dataclasses import dataclass
 
 from batch import SchedulerOutput, StepResult
 from goodput import add_request_goodput
 from request import Request, RequestStatus
 
+IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per request
+
+
+class Distribution:
+    """Values and how often each occurred, sorted once: a mean and linear percentiles."""
+
+    def __init__(self, counts: Counter):
+        self.values = sorted(counts)
+        self.ends = []  # ends[i]: how many items are <= values[i]
+        total = 0
+        for value in self.values:
+            total += counts[value]
+            self.ends.append(total)
+        self.total = total
+        self._sum = math.fsum(value * counts[value] for value in self.values)
+
+    def mean(self) -> float:
+        return self._sum / self.total if self.total else 0.0
+
+    def percentile(self, p: float) -> float:
+        """The p-th percentile (0..100) of the expanded list; 0.0 for no values."""
+        if not self.total:
+            return 0.0
+        rank = p / 100 * (self.total - 1)
+        below = math.floor(rank)
+        low = self.values[bisect.bisect_right(self.ends, below)]
+        high = self.values[bisect.bisect_right(self.ends, min(below + 1, self.total - 1))]
+        return low + (high - low) * (rank - below)
+
 
 def percentile(values: list[float], p: float) -> float:
     """The p-th percentile (0..100) of `values`, linear interpolation; 0.0 for no values."""
-    return weighted_percentile(Counter(values), p)
+    return Distribution(Counter(values)).percentile(p)
 
 
 def weighted_percentile(counts: Counter, p: float) -> float:
     """Percentile of the list in which each value appears `counts[value]` times."""
-    if not counts:
-        return 0.0
-    values = sorted(counts)
-    ends = []  # ends[i]: how many items are <= values[i]
-    total = 0
-    for value in values:
-        total += counts[value]
-        ends.append(total)
-    rank = p / 100 * (total - 1)
-    below = math.floor(rank)
-    low = values[bisect.bisect_right(ends, below)]
-    high = values[bisect.bisect_right(ends, min(below + 1, total - 1))]
-    return low + (high - low) * (rank - below)
+    return Distribution(counts).percentile(p)
 
 
-def weighted_mean(counts: Counter) -> float:
-    """Exactly rounded (math.fsum): the mean does not depend on the order values came in."""
-    total = sum(counts.values())
-    return math.fsum(v * c for v, c in counts.items()) / total if total else 0.0
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What the recorder kept of one request, by its arrival order (`index`)."""
+    index: int
+    arrival_s: float
+    prompt_len: int
+    status: int                    # FINISHED or REJECTED
+    first_token_s: float = 0.0     # FINISHED only
+    last_token_s: float = 0.0      # FINISHED only
+    num_output_tokens: int = 0     # FINISHED only
+
+
+@dataclass(frozen=True)
+class Rejection:
+    index: int          # arrival order
+    request_id: str
+    reject_reason: str
+    prompt_len: int
 
 
 class RunRecorder:
@@ -59,7 +94,15 @@ class RunRecorder:
 
     def __init__(self, num_total_kv_slots: int):
         self.num_total_kv_slots = num_total_kv_slots
-        self.requests: list[Request] = []
+        # -- per request, in arrival order (Request.arrival_index) --
+        self.arrival_s = array("d")
+        self.prompt_len = array("q")
+        self.status = bytearray()
+        self.first_token_s = array("d")
+        self.last_token_s = array("d")
+        self.num_output_tokens = array("q")
+        self.rejected: list[Rejection] = []
+        # -- per step --
         self.itl_counts: Counter = Counter()  # seconds -> how many tokens followed that gap
         self.num_steps = 0
         self.num_scheduled_seqs = 0     # summed over steps: mean batch size
@@ -71,54 +114,88 @@ class RunRecorder:
         self.peak_reserved_slots = 0
 
     def on_arrival(self, request: Request) -> None:
-        self.requests.append(request)
+        request.arrival_index = len(self.status)
+        self.arrival_s.append(request.arrival_s)
+        self.prompt_len.append(request.prompt_len)
+        self.status.append(IN_FLIGHT)
+        for numbers in (self.first_token_s, self.last_token_s, self.num_output_tokens):
+            numbers.append(0)
+
+    def on_finished(self, request: Request) -> None:
+        """`request` ended: it finished (all its tokens out) or was rejected."""
+        index = request.arrival_index
+        if request.status is RequestStatus.REJECTED:
+            self.status[index] = REJECTED
+            self.rejected.append(Rejection(index, request.request_id, request.reject_reason,
+                                           request.prompt_len))
+            return
+        self.status[index] = FINISHED
+        self.first_token_s[index] = request.first_token_s
+        self.last_token_s[index] = request.last_token_s
+        self.num_output_tokens[index] = request.num_output_tokens
 
     def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
                 reserved_slots: int, used_slots: int) -> None:
         """`reserved_slots` and `used_slots` are the KV cache's state while the step ran."""
         self.num_steps += 1
-        self.num_scheduled_seqs += len(batch.scheduled)
+        self.num_scheduled_seqs += batch.num_seqs
         self.num_computed_tokens += batch.num_scheduled_tokens
         self.num_padding_tokens += batch.num_padding_tokens
         self.num_preemptions += len(batch.preempted)
         itl_counts = self.itl_counts
-        for itl_s in result.itls_s:
-            itl_counts[itl_s] += 1
+        for itl_s, count in result.itls:
+            itl_counts[itl_s] += count
         self.reserved_slot_seconds += reserved_slots * step_s
         self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
         self.peak_reserved_slots = max(self.peak_reserved_slots, reserved_slots)
+        for request in result.finished:
+            self.on_finished(request)
 
-    def completed(self) -> list[Request]:
-        return [r for r in self.requests if r.status is RequestStatus.FINISHED]
+    def completed(self) -> list[RequestRecord]:
+        """The finished requests, in arrival order."""
+        return [self.record(i) for i, status in enumerate(self.status) if status == FINISHED]
 
-    def latency_counts(self) -> dict[str, Counter]:
-        """Seconds -> how many times, for TTFT, TPOT, ITL and E2EL over the completed requests.
+    def record(self, index: int) -> RequestRecord:
+        if self.status[index] != FINISHED:
+            return RequestRecord(index, self.arrival_s[index], self.prompt_len[index],
+                                 self.status[index])
+        return RequestRecord(index, self.arrival_s[index], self.prompt_len[index], FINISHED,
+                             self.first_token_s[index], self.last_token_s[index],
+                             self.num_output_tokens[index])
+
+    @property
+    def num_completed(self) -> int:
+        return self.status.count(FINISHED)
+
+    def latency_distributions(self) -> dict[str, Distribution]:
+        """TTFT, TPOT, ITL and E2EL over the completed requests, in seconds.
 
         TPOT leaves out requests with a single output token (they have no gap to average), as
         vLLM's mean and percentiles do.
         """
-        done = self.completed()
+        done = [i for i, status in enumerate(self.status) if status == FINISHED]
+        arrival, first, last = self.arrival_s, self.first_token_s, self.last_token_s
+        outputs = self.num_output_tokens
         return {
-            "ttft": Counter(r.first_token_s - r.arrival_s for r in done),
-            "tpot": Counter((r.last_token_s - r.first_token_s) / (r.num_output_tokens - 1)
-                            for r in done if r.num_output_tokens > 1),
-            "itl": self.itl_counts,
-            "e2el": Counter(r.last_token_s - r.arrival_s for r in done),
+            "ttft": Distribution(Counter(first[i] - arrival[i] for i in done)),
+            "tpot": Distribution(Counter((last[i] - first[i]) / (outputs[i] - 1)
+                                         for i in done if outputs[i] > 1)),
+            "itl": Distribution(self.itl_counts),
+            "e2el": Distribution(Counter(last[i] - arrival[i] for i in done)),
         }
 
     def summary(self) -> dict:
         """The run's metrics, named as in the JSON README documents (ms, s, per second)."""
-        done = self.completed()
-        rejected = self.rejections()
-        start_s = min((r.arrival_s for r in self.requests), default=0.0)
-        end_s = max([r.last_token_s for r in done] + [r.arrival_s for r in rejected],
-                    default=start_s)
-        duration = end_s - start_s
-        input_tokens = sum(r.prompt_len for r in done)
-        output_tokens = sum(r.num_output_tokens for r in done)
+        done = [i for i, status in enumerate(self.status) if status == FINISHED]
+        start_s = min(self.arrival_s, default=0.0)
+        ends = [self.last_token_s[i] for i in done]
+        ends += [self.arrival_s[i] for i, status in enumerate(self.status) if status == REJECTED]
+        duration = max(ends, default=start_s) - start_s
+        input_tokens = sum(self.prompt_len[i] for i in done)
+        output_tokens = sum(self.num_output_tokens[i] for i in done)
         result = {
             "completed": len(done),
-            "rejected": len(rejected),
+            "rejected": len(self.rejected),
             "duration": duration,
             "total_input_tokens": input_tokens,
             "total_output_tokens": output_tokens,
@@ -126,10 +203,10 @@ class RunRecorder:
             "output_throughput": _per_second(output_tokens, duration),
             "total_token_throughput": _per_second(input_tokens + output_tokens, duration),
         }
-        for name, counts in self.latency_counts().items():
-            result[f"mean_{name}_ms"] = 1000 * weighted_mean(counts)
-            result[f"median_{name}_ms"] = 1000 * weighted_percentile(counts, 50)
-            result[f"p99_{name}_ms"] = 1000 * weighted_percentile(counts, 99)
+        for name, distribution in self.latency_distributions().items():
+            result[f"mean_{name}_ms"] = 1000 * distribution.mean()
+            result[f"median_{name}_ms"] = 1000 * distribution.percentile(50)
+            result[f"p99_{name}_ms"] = 1000 * distribution.percentile(99)
         result.update({
             "num_preemptions": self.num_preemptions,
             "num_steps": self.num_steps,
@@ -140,8 +217,8 @@ class RunRecorder:
         })
         return result
 
-    def rejections(self) -> list[Request]:
-        return [r for r in self.requests if r.status is RequestStatus.REJECTED]
+    def rejections(self) -> list[Rejection]:
+        return self.rejected
 
 
 def percentile_name(p: float) -> str:
@@ -155,18 +232,19 @@ def serving_metrics(recorder: RunRecorder, percentiles: list[float], slos_ms: di
 
     `p{P}_{metric}_ms` for every percentile asked for (`--metric-percentiles`), `request_goodput`
     when SLOs were given (`--goodput`), and the two peaks vLLM prints: the most output tokens in
-    one second (measured by an observer, see timeseries.py) and the most requests in flight.
+    one second (measured by an observer, see reports/timeseries.py) and the most requests in
+    flight.
     """
     result = add_request_goodput(recorder.summary(), recorder, slos_ms)
-    for name, counts in recorder.latency_counts().items():
+    for name, distribution in recorder.latency_distributions().items():
         for p in percentiles:
-            result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * weighted_percentile(counts, p)
+            result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * distribution.percentile(p)
     result["max_output_tokens_per_s"] = max_output_tokens_per_s
     result["max_concurrent_requests"] = peak_concurrent_requests(recorder.completed())
     return result
 
 
-def peak_concurrent_requests(completed: list[Request]) -> int:
+def peak_concurrent_requests(completed: list) -> int:
     """Most completed requests in flight at once, each over [arrival, last token).
 
     As `vllm bench serve` counts it: a sweep over start and end events in time order, where an

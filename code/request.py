@@ -45,6 +45,7 @@ class Request:
     first_token_s: Optional[float] = None
     last_token_s: Optional[float] = None
     reject_reason: Optional[str] = None
+    arrival_index: Optional[int] = None  # its place in arrival order, given by the recorder
 
     @property
     def num_tokens(self) -> int:

@@ -20,16 +20,26 @@ Each step (`schedule`) decides, in this order:
 samples one output token; one that reached its output length (or `max_model_len`) finishes and
 returns its blocks in that same step.
 
+Those rules, one request at a time, are `_schedule_running`, `_schedule_waiting` and
+`update_from_output`. Most steps need no such care for the running decodes: each gets exactly one
+token, and only the few that cross a block boundary or finish change anything. So when every
+running decode will surely get its token (the budget covers them, they all come before the
+running prompts, and the pool holds their new blocks and the prompts'), the step schedules them
+in bulk (`_schedule_running_in_bulk`, with the bookkeeping in running_decodes.py) and decides
+exactly what the rules would; otherwise it hands them back and follows the rules.
+
 Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
 place. Left out of vLLM: prefix caching, speculative decoding, priorities, async scheduling,
 encoder inputs, LoRA, and the extra null block vLLM keeps in its pool.
 """
 
 from collections import deque
+from typing import Optional
 
 from batch import SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
 from request import Request, reject_if_it_can_never_run
+from running_decodes import RunningDecodes
 
 
 class Scheduler:
@@ -44,6 +54,11 @@ class Scheduler:
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        # -- bookkeeping for the bulk path (speed only; the rules above decide the same) --
+        self.bulk_decodes = True   # False: every request one at a time (observers need them all)
+        self.decodes = RunningDecodes(max_model_len, kv_cache.block_size)
+        self._admission_order: dict[Request, int] = {}  # running request -> when admitted
+        self._num_admitted = 0
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -67,7 +82,10 @@ class Scheduler:
 
     def schedule(self, now_s: float) -> SchedulerOutput:
         output = SchedulerOutput()
-        token_budget = self._schedule_running(output, self.max_num_batched_tokens)
+        token_budget = self._schedule_running_in_bulk(output, self.max_num_batched_tokens)
+        if token_budget is None:  # this step needs the rules one request at a time
+            self.decodes.release_all()
+            token_budget = self._schedule_running(output, self.max_num_batched_tokens)
         if not output.preempted:
             self._schedule_waiting(output, token_budget)
         return output
@@ -100,7 +118,8 @@ class Scheduler:
         return True
 
     def _preempt(self, request: Request) -> None:
-        self.kv_cache.free(request.request_id)
+        self.kv_cache.free(request.request_id, request.num_computed_tokens)
+        del self._admission_order[request]
         request.preempt()
         self.waiting.appendleft(request)
 
@@ -117,6 +136,8 @@ class Scheduler:
             self.waiting.popleft()
             request.admit()
             self.running.append(request)
+            self._admission_order[request] = self._num_admitted
+            self._num_admitted += 1
             output.add(request, num_new_tokens, 0)
             token_budget -= num_new_tokens
 
@@ -131,17 +152,85 @@ class Scheduler:
             return threshold
         return num_new_tokens
 
+    # -- the running decodes in bulk (speed only) ---------------------------------------------
+
+    def _schedule_running_in_bulk(self, output: SchedulerOutput,
+                                  token_budget: int) -> Optional[int]:
+        """RUNNING as `_schedule_running` would schedule it, if that is sure to be: every running
+        decode one token (the decodes in bulk), then the running prompts in order. Returns the
+        budget left, or None (nothing changed) when the rules must look at each request: some
+        decode would not get its token, or some allocation would have to preempt."""
+        decodes = self.decodes
+        prompts = self._running_prompts()
+        if prompts is None or len(decodes) > token_budget:
+            return None
+        crossing = decodes.crossing_now()
+        num_free_blocks = self.kv_cache.num_free_blocks - len(crossing)
+        if num_free_blocks < 0:
+            return None
+        token_budget -= len(decodes)
+        chunks = []
+        for request in prompts:  # plan first: nothing changes unless every allocation fits
+            if token_budget <= 0:
+                break
+            num_new_tokens = self._num_new_tokens(request, token_budget)
+            if num_new_tokens == 0:
+                continue
+            num_free_blocks -= self.kv_cache.num_new_blocks_needed(
+                request.request_id, request.num_computed_tokens + num_new_tokens)
+            if num_free_blocks < 0:
+                return None
+            chunks.append((request, num_new_tokens))
+            token_budget -= num_new_tokens
+        in_running_order = sorted(crossing, key=self._admission_order.__getitem__)
+        self.kv_cache.allocate_decode_slots([r.request_id for r in in_running_order],
+                                            len(decodes))
+        output.add_decodes(len(decodes), decodes.num_context_tokens)
+        for request, num_new_tokens in chunks:
+            self.kv_cache.allocate_slots(request.request_id, request.num_computed_tokens,
+                                         num_new_tokens)
+            output.add(request, num_new_tokens, request.num_computed_tokens)
+        return token_budget
+
+    def _running_prompts(self) -> Optional[list[Request]]:
+        """The running requests outside the decode group (prompt chunks, recomputations, and a
+        decode the budget skipped), if all of them come after the group in RUNNING; else None.
+        They are scheduled one by one, by the rules, after the decodes."""
+        if not self.bulk_decodes:
+            return None
+        num_others = len(self.running) - len(self.decodes)
+        others = self.running[len(self.running) - num_others:] if num_others else []
+        if any(request in self.decodes for request in others):
+            return None  # a decode comes after one of them: the budget's order matters
+        return others
+
     # -- after the forward pass -------------------------------------------------------------
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
         result = StepResult()
+        if output.num_bulk_decodes:
+            self._advance_decodes(result, now_s)
         for scheduled in output.scheduled:
             request = scheduled.request
             request.num_computed_tokens += scheduled.num_new_tokens
             if request.num_computed_tokens < request.num_tokens:
                 continue  # a prompt chunk: the model samples nothing until the prompt is done
             if result.sample(request, now_s, self.max_model_len):
-                self.kv_cache.free(request.request_id)  # its blocks return to the pool at once
-        if result.finished:
-            self.running = [r for r in self.running if not r.is_finished]
+                self._free_finished(request)  # its blocks return to the pool at once
+            elif self.bulk_decodes:
+                self.decodes.join(request)
         return result
+
+    def _advance_decodes(self, result: StepResult, now_s: float) -> None:
+        """The decode group's step: one token each, the same gap for each, a few finish."""
+        itl_s, num_sampled, last_tokens = self.decodes.advance(now_s)
+        result.num_bulk_sampled = num_sampled
+        result.itls.append((itl_s, num_sampled))
+        for request in sorted(last_tokens, key=self._admission_order.__getitem__):
+            result.finish_if_done(request, self.max_model_len)
+            self._free_finished(request)
+
+    def _free_finished(self, request: Request) -> None:
+        self.kv_cache.free(request.request_id, request.num_computed_tokens)
+        del self._admission_order[request]
+        self.running.remove(request)

@@ -31,6 +31,7 @@ from typing import Optional
 from batch import SchedulerOutput, StepResult
 from kv_cache import ContiguousKVCache
 from request import Request, reject_if_it_can_never_run
+from running_decodes import RunningDecodes
 
 
 class StaticBatchScheduler:
@@ -42,8 +43,13 @@ class StaticBatchScheduler:
         self.max_model_len = max_model_len
         self.waiting: deque[Request] = deque()
         self.batch: list[Request] = []
+        self.prefilled = False      # the batch's (padded) prompts are computed
         self.num_padded_tokens = 0  # tokens each member has computed, padding included
-        self.num_unfinished = 0     # members still owed tokens; the batch drains at zero
+        # The members still owed tokens decode together, one token each per step, until each
+        # reaches its end (running_decodes.py keeps their counters); the batch drains when none
+        # is left. `bulk_decodes` False: every member named in every step (observers need it).
+        self.unfinished = RunningDecodes(max_model_len)
+        self.bulk_decodes = True
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -76,13 +82,14 @@ class StaticBatchScheduler:
             if not self._batch_is_due(now_s):
                 return SchedulerOutput()
             return self._form_batch_and_prefill()
-        output = SchedulerOutput()
-        for request in self.batch:  # finished members too: they keep computing padding
-            output.add(request, 1, self.num_padded_tokens)
-            if request.is_finished:
-                output.num_padding_tokens += 1
-            else:
-                self.kv_cache.fill(request.request_id, 1)
+        output = SchedulerOutput()  # every member, finished ones too: they compute padding
+        if self.bulk_decodes:
+            output.add_decodes(len(self.batch), len(self.batch) * self.num_padded_tokens)
+        else:
+            for request in self.batch:
+                output.add(request, 1, self.num_padded_tokens)
+        output.num_padding_tokens = len(self.batch) - len(self.unfinished)
+        self.kv_cache.fill(len(self.unfinished))  # the unfinished members' tokens are real
         return output
 
     def _batch_is_due(self, now_s: float) -> bool:
@@ -93,13 +100,13 @@ class StaticBatchScheduler:
     def _form_batch_and_prefill(self) -> SchedulerOutput:
         while self.waiting and len(self.batch) < self.max_batch_size:
             request = self.waiting.popleft()
-            self.kv_cache.reserve(request.request_id)
-            self.kv_cache.fill(request.request_id, request.prompt_len)
+            self.kv_cache.reserve()
+            self.kv_cache.fill(request.prompt_len)
             request.admit()
             self.batch.append(request)
-        self.num_unfinished = len(self.batch)
         padded_prompt_len = max(r.prompt_len for r in self.batch)
         self.num_padded_tokens = 0
+        self.prefilled = False
         output = SchedulerOutput()
         for request in self.batch:
             output.add(request, padded_prompt_len, 0)
@@ -110,19 +117,40 @@ class StaticBatchScheduler:
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
         result = StepResult()
-        for scheduled in output.scheduled:
-            request = scheduled.request
-            if request.is_finished:
-                continue  # padding
-            request.num_computed_tokens = request.num_tokens
-            if result.sample(request, now_s, self.max_model_len):
-                self.num_unfinished -= 1  # its reservation stays until the batch drains
-        self.num_padded_tokens += output.scheduled[0].num_new_tokens
-        if self.num_unfinished == 0:
+        if self.prefilled:
+            self._decode_step(result, now_s)
+            self.num_padded_tokens += 1
+        else:
+            self._sample_first_tokens(result, now_s)
+            self.num_padded_tokens = output.scheduled[0].num_new_tokens  # the padded prompt
+            self.prefilled = True
+        if not self.unfinished:
             self._drain()
         return result
 
+    def _sample_first_tokens(self, result: StepResult, now_s: float) -> None:
+        """The prefill step: every member's prompt is computed; each samples its first token."""
+        for request in self.batch:
+            request.num_computed_tokens = request.num_tokens
+            if not result.sample(request, now_s, self.max_model_len):
+                self.unfinished.join(request)  # its reservation stays until the batch drains
+
+    def _decode_step(self, result: StepResult, now_s: float) -> None:
+        """Every unfinished member computed one token and sampled the next."""
+        sampled = [] if self.bulk_decodes else [r for r in self.batch if r in self.unfinished]
+        itl_s, num_sampled, last_tokens = self.unfinished.advance(now_s)
+        result.itls.append((itl_s, num_sampled))
+        if self.bulk_decodes:
+            result.num_bulk_sampled = num_sampled
+        else:
+            for request in sampled:
+                if request in self.unfinished:
+                    self.unfinished.sync(request)
+            result.sampled = sampled
+        for request in sorted(last_tokens, key=self.batch.index):
+            result.finish_if_done(request, self.max_model_len)
+
     def _drain(self) -> None:
         for request in self.batch:
-            self.kv_cache.free(request.request_id)
+            self.kv_cache.free(request.num_computed_tokens)
         self.batch = []

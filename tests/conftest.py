@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 from kv_cache import PagedKVCache  # noqa: E402
@@ -16,18 +18,32 @@ def make_request(request_id, prompt_len, max_tokens=100, arrival_s=0.0) -> Reque
     return Request(str(request_id), arrival_s, prompt_len, max_tokens)
 
 
+@pytest.fixture(params=[True, False], ids=["bulk", "one-by-one"])
+def bulk(request):
+    """Each scenario twice: the running decodes counted in bulk, and every request by the rules."""
+    return request.param
+
+
 def make_scheduler(num_blocks=1000, block_size=16, budget=100, chunked=True, max_num_seqs=256,
-                   max_model_len=1000, threshold=0) -> Scheduler:
-    return Scheduler(PagedKVCache(num_blocks, block_size), max_num_seqs=max_num_seqs,
-                     max_num_batched_tokens=budget, max_model_len=max_model_len,
-                     enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold)
+                   max_model_len=1000, threshold=0, bulk_decodes=True) -> Scheduler:
+    scheduler = Scheduler(PagedKVCache(num_blocks, block_size), max_num_seqs=max_num_seqs,
+                          max_num_batched_tokens=budget, max_model_len=max_model_len,
+                          enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold)
+    scheduler.bulk_decodes = bulk_decodes
+    return scheduler
 
 
 def step(scheduler, now_s=0.0):
-    """One schedule + update; returns ({id: tokens}, [preempted ids], free blocks after)."""
+    """One schedule + update; returns ({id: tokens}, [preempted ids], free blocks after).
+
+    Decodes counted in bulk are the first `num_bulk_decodes` running requests, one token each.
+    """
     output = scheduler.schedule(now_s)
+    in_bulk = scheduler.running[:output.num_bulk_decodes]
     scheduler.update_from_output(output, now_s)
-    scheduled = {s.request.request_id: s.num_new_tokens for s in output.scheduled}
+    scheduler.decodes.sync_all()  # so that a test reads the decodes' own counters
+    scheduled = {request.request_id: 1 for request in in_bulk}
+    scheduled.update({s.request.request_id: s.num_new_tokens for s in output.scheduled})
     preempted = [r.request_id for r in output.preempted]
     return scheduled, preempted, scheduler.num_free_blocks
 

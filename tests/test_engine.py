@@ -28,7 +28,7 @@ def decode_s(clock, context):
 def test_ttft_of_a_lone_request_is_its_prefill_step():
     clock = RooflineClock(EngineConfig())
     recorder = run([(2.5, 1000, 3)])
-    request = recorder.requests[0]
+    request = recorder.record(0)
     assert request.first_token_s - request.arrival_s == pytest.approx(prefill_s(clock, 1000), rel=1e-12)
 
 
@@ -37,7 +37,7 @@ def test_ttft_includes_queueing_behind_the_request_ahead():
     clock = RooflineClock(EngineConfig())
     recorder = run([(0.0, 100, 3), (0.0, 200, 2)], mode="naive")
     a_done = prefill_s(clock, 100) + decode_s(clock, 100) + decode_s(clock, 101)
-    b = recorder.requests[1]
+    b = recorder.record(1)
     assert b.first_token_s - b.arrival_s == pytest.approx(a_done + prefill_s(clock, 200), rel=1e-12)
 
 

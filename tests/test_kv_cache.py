@@ -28,7 +28,7 @@ def test_finishing_returns_every_block_and_the_used_slots():
     kv = PagedKVCache(num_blocks=4, block_size=4)
     kv.allocate_slots("a", 0, 6)
     assert (kv.num_reserved_slots, kv.num_used_slots) == (8, 6)  # 2 empty slots in block 2
-    kv.free("a")
+    kv.free("a", num_cached_tokens=6)
     assert (kv.num_free_blocks, kv.num_reserved_slots, kv.num_used_slots) == (4, 0, 0)
 
 
@@ -42,13 +42,22 @@ def test_contiguous_reservation_wastes_what_the_request_does_not_use():
     # The lesson's example: reserve 8,192 slots, use 1,500 -> about 82% of the reservation wasted.
     kv = ContiguousKVCache(num_total_slots=3 * 8192, max_model_len=8192)
     assert kv.max_num_reservations == 3
-    kv.reserve("a")
-    kv.fill("a", 1500)
+    kv.reserve()
+    kv.fill(1500)
     waste = (kv.num_reserved_slots - kv.num_used_slots) / kv.num_reserved_slots
     assert round(100 * waste) == 82
-    kv.free("a")
+    kv.free(num_cached_tokens=1500)
     assert kv.num_free_reservations == 3
 
 
 def test_num_blocks_for_rounds_up():
     assert [num_blocks_for(n, 16) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_decode_slots_take_a_block_only_for_the_decodes_that_cross_a_boundary():
+    kv = PagedKVCache(num_blocks=10, block_size=4)
+    kv.allocate_slots("a", 0, 4)  # a's block is full: its next token needs a new one
+    kv.allocate_slots("b", 0, 3)  # b has room for one more
+    kv.allocate_decode_slots(["a"], num_decodes=2)
+    assert [len(kv.block_tables[r]) for r in "ab"] == [2, 1]
+    assert kv.num_used_slots == 9 and kv.num_free_blocks == 7

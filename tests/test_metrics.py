@@ -55,10 +55,16 @@ def finished(request_id, arrival_s, token_times):
     return request
 
 
+def arrive_and_finish(recorder, request):
+    recorder.on_arrival(request)
+    recorder.on_finished(request)
+
+
 def test_ttft_tpot_e2el_and_throughput_follow_vllm_bench_definitions():
     recorder = RunRecorder(num_total_kv_slots=100)
-    recorder.on_arrival(finished("a", 0.0, [0.5, 0.6, 0.8]))   # TTFT 0.5, TPOT 0.15, E2EL 0.8
-    recorder.on_arrival(finished("b", 1.0, [2.0]))             # TTFT 1.0, no TPOT, E2EL 1.0
+    arrive_and_finish(recorder, finished("a", 0.0, [0.5, 0.6, 0.8]))  # TTFT 0.5, TPOT 0.15,
+    #                                                                    E2EL 0.8
+    arrive_and_finish(recorder, finished("b", 1.0, [2.0]))            # TTFT 1.0, no TPOT, E2EL 1.0
     recorder.itl_counts.update([0.1, 0.2])
     summary = recorder.summary()
     assert summary["completed"] == 2
@@ -79,3 +85,11 @@ def test_kv_waste_is_time_weighted_over_steps():
     summary = recorder.summary()
     assert summary["kv_waste_pct"] == 100 * 60 / (80 + 120)  # 60 empty slot-s of 200 reserved
     assert summary["peak_kv_usage_pct"] == 80.0
+
+
+def test_the_recorder_keeps_no_request_once_it_ended():
+    recorder = RunRecorder(num_total_kv_slots=100)
+    request = finished("a", 0.0, [0.5, 0.6])
+    arrive_and_finish(recorder, request)
+    assert not any(value is request for value in vars(recorder).values())
+    assert recorder.record(0).last_token_s == 0.6 and recorder.num_completed == 1

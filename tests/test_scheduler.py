@@ -8,9 +8,9 @@ from conftest import make_request, make_scheduler, run_steps
 from request import RequestStatus
 
 
-def test_budget_is_split_between_running_decodes_and_a_prefill_chunk():
+def test_budget_is_split_between_running_decodes_and_a_prefill_chunk(bulk):
     # budget 10: A and B decode (1 token each), C's 20-token prompt takes what is left (8).
-    scheduler = make_scheduler(budget=10, chunked=True)
+    scheduler = make_scheduler(bulk_decodes=bulk, budget=10, chunked=True)
     c = make_request("C", 20)
     rows = run_steps(scheduler, 5, {1: [make_request("A", 4), make_request("B", 4)], 2: [c]})
     assert [scheduled for scheduled, _, _ in rows] == [
@@ -23,9 +23,9 @@ def test_budget_is_split_between_running_decodes_and_a_prefill_chunk():
     assert c.num_output_tokens == 2
 
 
-def test_long_prefill_threshold_caps_a_prompt_per_step_with_chunking_on_or_off():
+def test_long_prefill_threshold_caps_a_prompt_per_step_with_chunking_on_or_off(bulk):
     for chunked in (True, False):
-        scheduler = make_scheduler(budget=100, chunked=chunked, threshold=6)
+        scheduler = make_scheduler(bulk_decodes=bulk, budget=100, chunked=chunked, threshold=6)
         rows = run_steps(scheduler, 4, {1: [make_request("A", 15), make_request("B", 5)]})
         assert [scheduled for scheduled, _, _ in rows] == [
             {"A": 6, "B": 5},
@@ -35,26 +35,26 @@ def test_long_prefill_threshold_caps_a_prompt_per_step_with_chunking_on_or_off()
         ], f"chunked={chunked}"
 
 
-def test_without_chunking_a_prompt_over_the_budget_blocks_everyone_behind_it():
+def test_without_chunking_a_prompt_over_the_budget_blocks_everyone_behind_it(bulk):
     arrivals = {1: [make_request("A", 10), make_request("B", 8), make_request("C", 2)]}
-    unchunked = run_steps(make_scheduler(budget=16, chunked=False), 2, arrivals)
+    unchunked = run_steps(make_scheduler(bulk_decodes=bulk, budget=16, chunked=False), 2, arrivals)
     assert [s for s, _, _ in unchunked] == [
         {"A": 10},                   # B needs 8 > 6 left: it waits, and C (2) waits behind it
         {"A": 1, "B": 8, "C": 2},
     ]
     arrivals = {1: [make_request("A", 10), make_request("B", 8), make_request("C", 2)]}
-    chunked = run_steps(make_scheduler(budget=16, chunked=True), 2, arrivals)
+    chunked = run_steps(make_scheduler(bulk_decodes=bulk, budget=16, chunked=True), 2, arrivals)
     assert [s for s, _, _ in chunked] == [
         {"A": 10, "B": 6},           # B takes the 6 left as a chunk
         {"A": 1, "B": 2, "C": 2},
     ]
 
 
-def test_admission_needs_free_blocks_for_the_whole_prompt_not_just_the_chunk():
+def test_admission_needs_free_blocks_for_the_whole_prompt_not_just_the_chunk(bulk):
     # 5 blocks of 4 tokens. A (12 tokens = 3 blocks) is admitted with 8 tokens (2 blocks).
     # In step 2 B's first chunk would need 1 block and 2 are free, but its whole 12-token prompt
     # needs 3: B waits until A finishes and returns its blocks.
-    scheduler = make_scheduler(num_blocks=5, block_size=4, budget=8, chunked=True)
+    scheduler = make_scheduler(bulk_decodes=bulk, num_blocks=5, block_size=4, budget=8, chunked=True)
     rows = run_steps(scheduler, 5, {1: [make_request("A", 12, max_tokens=3), make_request("B", 12)]})
     assert rows == [
         ({"A": 8}, [], 3),
@@ -65,11 +65,11 @@ def test_admission_needs_free_blocks_for_the_whole_prompt_not_just_the_chunk():
     ]
 
 
-def test_preemption_takes_the_last_running_request_which_resumes_by_recomputing_its_outputs():
+def test_preemption_takes_the_last_running_request_which_resumes_by_recomputing_its_outputs(bulk):
     # 4 blocks of 4 tokens; A and B each hold 2. When A's 9th token needs a 3rd block, B (the
     # most recently admitted) is preempted. Nobody is admitted in that step, not even C, which
     # would fit. B comes back at the front of WAITING and recomputes prompt + 3 outputs = 9.
-    scheduler = make_scheduler(num_blocks=4, block_size=4, budget=100, chunked=True)
+    scheduler = make_scheduler(bulk_decodes=bulk, num_blocks=4, block_size=4, budget=100, chunked=True)
     b = make_request("B", 6, max_tokens=10)
     arrivals = {1: [make_request("A", 6, max_tokens=4), b], 4: [make_request("C", 2, max_tokens=1)]}
     rows = run_steps(scheduler, 5, arrivals)
@@ -84,8 +84,8 @@ def test_preemption_takes_the_last_running_request_which_resumes_by_recomputing_
     assert b.num_output_tokens == 4  # the 3 kept through preemption + 1 after resuming
 
 
-def test_a_request_that_must_preempt_itself_ends_the_running_loop():
-    scheduler = make_scheduler(num_blocks=2, block_size=4, budget=100, chunked=True)
+def test_a_request_that_must_preempt_itself_ends_the_running_loop(bulk):
+    scheduler = make_scheduler(bulk_decodes=bulk, num_blocks=2, block_size=4, budget=100, chunked=True)
     rows = run_steps(scheduler, 2, {1: [make_request("A", 3), make_request("B", 4)]})
     assert rows == [
         ({"A": 3, "B": 4}, [], 0),
@@ -94,8 +94,8 @@ def test_a_request_that_must_preempt_itself_ends_the_running_loop():
     assert scheduler.waiting[0].request_id == "B"
 
 
-def test_output_is_capped_at_max_model_len():
-    scheduler = make_scheduler(max_model_len=10)
+def test_output_is_capped_at_max_model_len(bulk):
+    scheduler = make_scheduler(bulk_decodes=bulk, max_model_len=10)
     a = make_request("A", 8, max_tokens=5)
     rows = run_steps(scheduler, 2, {1: [a]})
     assert [s for s, _, _ in rows] == [{"A": 8}, {"A": 1}]
@@ -103,8 +103,8 @@ def test_output_is_capped_at_max_model_len():
     assert a.num_output_tokens == 2  # 8 + 2 = max_model_len, though it asked for 5
 
 
-def test_prompt_of_max_model_len_or_more_is_rejected_on_arrival_with_a_reason():
-    scheduler = make_scheduler(max_model_len=10)
+def test_prompt_of_max_model_len_or_more_is_rejected_on_arrival_with_a_reason(bulk):
+    scheduler = make_scheduler(bulk_decodes=bulk, max_model_len=10)
     too_long, fits = make_request("A", 10), make_request("B", 9)
     scheduler.add_request(too_long)
     scheduler.add_request(fits)
@@ -113,7 +113,7 @@ def test_prompt_of_max_model_len_or_more_is_rejected_on_arrival_with_a_reason():
     assert list(scheduler.waiting) == [fits]
 
 
-def test_max_num_seqs_caps_the_running_list():
-    scheduler = make_scheduler(max_num_seqs=2)
+def test_max_num_seqs_caps_the_running_list(bulk):
+    scheduler = make_scheduler(bulk_decodes=bulk, max_num_seqs=2)
     rows = run_steps(scheduler, 2, {1: [make_request(i, 4) for i in "ABC"]})
     assert [s for s, _, _ in rows] == [{"A": 4, "B": 4}, {"A": 1, "B": 1}]

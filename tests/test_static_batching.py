@@ -86,4 +86,4 @@ def test_a_prompt_of_max_model_len_is_rejected_on_arrival(mode):
     recorder = simulate(make_workload([(0.0, 10, 1), (0.0, 4, 1)]), MODES[mode], config, 80,
                         OneMillisecondClock())
     assert [r.request_id for r in recorder.rejections()] == ["0"]
-    assert [r.request_id for r in recorder.completed()] == ["1"]
+    assert [r.index for r in recorder.completed()] == [1]

@@ -1,18 +1,29 @@
-"""How fast servesim simulates: fixed workloads, wall time per engine step and per output token.
+"""How fast servesim simulates: fixed workloads, timed with time.perf_counter.
 
-    python3 code/commands/benchmark.py            # about half a minute
+    python3 code/commands/benchmark.py            # every workload (a few minutes)
     python3 code/commands/benchmark.py --quick    # the default workload only
 
 This is where speed is measured, never in a test: machines are shared and noisy, so read the
-per-step and per-token costs and the ratios between modes, and repeat a run before trusting a
-difference. Each workload runs once per mode after one warm-up run of the default workload.
+per-step costs and the ratios, and repeat a run before trusting a difference. Each workload runs
+in a fresh process of its own, so that its peak memory (maximum resident set size, MB) is its
+own. Columns: steps = engine steps; out tokens = simulated output tokens; wall s = wall time of
+the simulation (the workload's requests are drawn, or its trace read, as it runs); us/step =
+wall microseconds per engine step; out tok/wall s = simulated output tokens per wall second.
+
+The floor is the same machine's CPython running the tightest loop that touches every running
+request once per step (all work inlined, no calls): what a simulator that visits every request
+every step cannot beat. servesim's decode-heavy run is set beside it.
 """
 
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # code/, for the engine modules
+CODE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(CODE))  # the engine modules, when this file is run as a script
 
 from config import EngineConfig  # noqa: E402
 from forward_model import make_clock  # noqa: E402
@@ -21,40 +32,118 @@ from main import knobs, simulate  # noqa: E402
 from modes import MODES  # noqa: E402
 from workload import mixed_workload, random_workload  # noqa: E402
 
-# (label, workload factory, modes): fixed forever, so that runs stay comparable.
-CASES = [
-    ("default mixed, 80 requests", mixed_workload, list(MODES)),
-    ("random 1000/500 x 2000, all at t=0", lambda: random_workload(1000, 500, 0.0, num_prompts=2000),
-     ["continuous", "chunked"]),
-]
+VIDUR_TRACE = CODE.parent.parent / "shared" / "traces" / "vidur_splitwise_conv_10k.csv"
+# Vidur's comparison setup (its 10k-request runs took 43-55 s of wall time for ~27,000 batches).
+VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4096,
+                            max_num_batched_tokens=512, max_num_seqs=256,
+                            num_gpu_blocks_override=7424)
+DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5")
 
 
-def measure(label: str, make_workload, mode_keys: list[str]) -> list[str]:
-    config = EngineConfig(**knobs().engine_defaults())  # the knob block of code/main.py
+def vidur_trace():
+    from traces.replay import trace_workload
+    return trace_workload(str(VIDUR_TRACE))
+
+
+def vidur_like(num_prompts: int):
+    """Vidur's setup with synthetic lengths near Azure conversation's (prompts ~1,000, outputs
+    ~250 tokens) at 6.45 req/s: light enough that the queue stays short, so the cost per request
+    should not grow with the number of requests."""
+    return random_workload(1024, 256, 0.9, num_prompts=num_prompts, request_rate=6.45)
+
+
+# name -> (what it is, workload factory, config factory, mode keys). Fixed, so runs stay comparable.
+CASES = {
+    "default": ("default mixed, 80 requests", mixed_workload,
+                lambda: EngineConfig(**knobs().engine_defaults()), list(MODES)),
+    "decode-heavy": ("llama-3.1-8b/H100: 1,000 x (1,000 + 1,500 tok) at t=0",
+                     lambda: random_workload(1000, 1500, 0.0, num_prompts=1000),
+                     lambda: DECODE_HEAVY_CONFIG, ["chunked"]),
+    "vidur-10k": ("Vidur's 10k Azure-conversation trace", vidur_trace, lambda: VIDUR_CONFIG,
+                  ["chunked"]),
+    "synthetic-10k": ("Vidur's setup, 10,000 synthetic requests", lambda: vidur_like(10_000),
+                      lambda: VIDUR_CONFIG, ["chunked"]),
+    "synthetic-100k": ("Vidur's setup, 100,000 synthetic requests", lambda: vidur_like(100_000),
+                       lambda: VIDUR_CONFIG, ["chunked"]),
+}
+
+
+def measure(case: str, mode_key: str) -> dict:
+    """One simulation of `case` in one mode, in this process."""
+    _, make_workload, make_config, _ = CASES[case]
+    config = make_config()
     plan, clock = plan_memory(config), make_clock(config)
-    rows = []
-    for key in mode_keys:
-        started = time.perf_counter()
-        recorder = simulate(make_workload(), MODES[key], config, plan.num_gpu_blocks, clock)
-        wall_s = time.perf_counter() - started
-        summary = recorder.summary()
-        tokens = summary["total_output_tokens"]
-        rows.append(f"{label:<36} {MODES[key].name:<19} {recorder.num_steps:>8,} "
-                    f"{tokens:>10,} {wall_s:>7.2f} {1e6 * wall_s / recorder.num_steps:>9.1f} "
-                    f"{tokens / wall_s:>14,.0f}")
-    return rows
+    workload = make_workload()
+    started = time.perf_counter()
+    recorder = simulate(workload, MODES[mode_key], config, plan.num_gpu_blocks, clock)
+    wall_s = time.perf_counter() - started
+    tokens = recorder.summary()["total_output_tokens"]
+    return {"steps": recorder.num_steps, "tokens": tokens, "wall_s": wall_s,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def cpython_floor_tok_s(batch: int = 256, num_steps: int = 4000, block_size: int = 16) -> float:
+    """Tokens per second of the tightest loop that touches each of `batch` running decodes once
+    per step: advance its cached tokens, take a block at a boundary, count its output, check its
+    end, add its context to the step's sum for the clock. Everything inlined."""
+    computed = [1000 + i for i in range(batch)]
+    outputs = [0] * batch
+    blocks = [(c + block_size - 1) // block_size for c in computed]
+    max_tokens = [10**9] * batch
+    started = time.perf_counter()
+    for _ in range(num_steps):
+        context = 0
+        for i in range(batch):
+            c = computed[i]
+            if c % block_size == 0:
+                blocks[i] += 1
+            computed[i] = c + 1
+            context += c
+            n = outputs[i] + 1
+            outputs[i] = n
+            if n >= max_tokens[i]:
+                max_tokens[i] = 0
+    return batch * num_steps / (time.perf_counter() - started)
+
+
+def run_in_fresh_process(case: str, mode_key: str) -> dict:
+    output = subprocess.run([sys.executable, __file__, "--measure", case, mode_key],
+                            capture_output=True, text=True, check=True).stdout
+    return json.loads(output)
+
+
+def row(label: str, mode_name: str, m: dict) -> str:
+    return (f"{label:<52} {mode_name:<19} {m['steps']:>9,} {m['tokens']:>11,} "
+            f"{m['wall_s']:>7.2f} {1e6 * m['wall_s'] / m['steps']:>8.1f} "
+            f"{m['tokens'] / m['wall_s']:>14,.0f} {m['peak_mb']:>8.1f}")
 
 
 def main(argv: list[str]) -> None:
-    cases = CASES[:1] if "--quick" in argv else CASES
-    config = EngineConfig(**knobs().engine_defaults())
-    simulate(mixed_workload(), MODES["chunked"], config, plan_memory(config).num_gpu_blocks,
-             make_clock(config))  # warm-up
-    print(f"{'workload':<36} {'mode':<19} {'steps':>8} {'out tokens':>10} {'wall s':>7} "
-          f"{'us/step':>9} {'out tok/wall s':>14}")
-    for label, make_workload, mode_keys in cases:
-        for row in measure(label, make_workload, mode_keys):
-            print(row)
+    if argv[:1] == ["--measure"]:
+        print(json.dumps(measure(argv[1], argv[2])))
+        return
+    names = ["default"] if "--quick" in argv else list(CASES)
+    if not VIDUR_TRACE.exists():
+        names = [n for n in names if n != "vidur-10k"]
+        print(f"(skipping vidur-10k: {VIDUR_TRACE} is not there)")
+    print(f"{'workload':<52} {'mode':<19} {'steps':>9} {'out tokens':>11} {'wall s':>7} "
+          f"{'us/step':>8} {'out tok/wall s':>14} {'peak MB':>8}")
+    results = {}
+    for name in names:
+        label, _, _, mode_keys = CASES[name]
+        for key in mode_keys:
+            results[name, key] = run_in_fresh_process(name, key)
+            print(row(label, MODES[key].name, results[name, key]), flush=True)
+    if ("decode-heavy", "chunked") in results:
+        floor = cpython_floor_tok_s()
+        heavy = results["decode-heavy", "chunked"]
+        print(f"\nCPython floor (every running request touched once per step, 256 of them): "
+              f"{floor:,.0f} tok/s; decode-heavy servesim: {heavy['tokens'] / heavy['wall_s']:,.0f} "
+              f"tok/s = {heavy['tokens'] / heavy['wall_s'] / floor:.2f}x the floor")
+    if ("synthetic-10k", "chunked") in results and ("synthetic-100k", "chunked") in results:
+        small, large = results["synthetic-10k", "chunked"], results["synthetic-100k", "chunked"]
+        print(f"10x the requests: {large['wall_s'] / small['wall_s']:.2f}x the wall time, "
+              f"{large['peak_mb'] / small['peak_mb']:.2f}x the peak memory")
 
 
 if __name__ == "__main__":

@@ -18,22 +18,22 @@ for every output token, so only a run that asks for the file attaches `TokenTime
 from collections import defaultdict
 
 from batch import EngineStep
-from metrics import RunRecorder
-from request import RequestStatus
+from metrics import FINISHED, RunRecorder
 
 
 class TokenTimes:
-    """Observer: the virtual time of every output token, per request id."""
+    """Observer: the virtual time of every output token, per request (by arrival order)."""
+    needs_every_request = True  # it reads each request's token times, step by step
 
     def __init__(self):
-        self.times_s: dict[str, list[float]] = defaultdict(list)
+        self.times_s: dict[int, list[float]] = defaultdict(list)
 
     def __call__(self, step: EngineStep) -> None:
         for request in step.result.sampled:
-            self.times_s[request.request_id].append(request.last_token_s)
+            self.times_s[request.arrival_index].append(request.last_token_s)
 
-    def itls_s(self, request_id: str) -> list[float]:
-        times_s = self.times_s.get(request_id, [])
+    def itls_s(self, index: int) -> list[float]:
+        times_s = self.times_s.get(index, [])
         return [later - earlier for earlier, later in zip(times_s, times_s[1:])]
 
 
@@ -41,13 +41,15 @@ def detailed_lists(recorder: RunRecorder, token_times: TokenTimes) -> dict:
     """vLLM's per-request lists for one run, in arrival order."""
     lists = {key: [] for key in ("input_lens", "output_lens", "ttfts", "itls", "latencies",
                                  "start_times", "errors")}
-    for request in recorder.requests:
-        done = request.status is RequestStatus.FINISHED
-        lists["input_lens"].append(request.prompt_len)
-        lists["output_lens"].append(request.num_output_tokens if done else 0)
-        lists["ttfts"].append(request.first_token_s - request.arrival_s if done else 0.0)
-        lists["itls"].append(token_times.itls_s(request.request_id))
-        lists["latencies"].append(request.last_token_s - request.arrival_s if done else 0.0)
-        lists["start_times"].append(request.arrival_s)
-        lists["errors"].append(request.reject_reason or "")
+    errors = {rejection.index: rejection.reject_reason for rejection in recorder.rejections()}
+    for index in range(len(recorder.status)):
+        record = recorder.record(index)
+        done = record.status == FINISHED
+        lists["input_lens"].append(record.prompt_len)
+        lists["output_lens"].append(record.num_output_tokens if done else 0)
+        lists["ttfts"].append(record.first_token_s - record.arrival_s if done else 0.0)
+        lists["itls"].append(token_times.itls_s(index))
+        lists["latencies"].append(record.last_token_s - record.arrival_s if done else 0.0)
+        lists["start_times"].append(record.arrival_s)
+        lists["errors"].append(errors.get(index, ""))
     return lists

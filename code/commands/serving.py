@@ -85,10 +85,10 @@ def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
 def require_completions(recorder: RunRecorder) -> None:
     """A run in which no request completed has no latency or throughput to show: say why, in
     one line (exit status 2), instead of a table of zeros."""
-    if recorder.completed():
+    if recorder.num_completed:
         return
     rejected = recorder.rejections()  # every request that did not complete was rejected
-    longest = max(request.prompt_len for request in rejected)
+    longest = max(rejection.prompt_len for rejection in rejected)
     raise WorkloadError(
         f"no request completed: all {len(rejected)} were rejected (e.g. request "
         f"{rejected[0].request_id}: {rejected[0].reject_reason}); the longest prompt has "

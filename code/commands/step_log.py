@@ -21,17 +21,27 @@ class StepLog:
     def __init__(self, file):
         self._file = file
 
-    def observer(self, mode_name: str):
-        def write(step: EngineStep) -> None:
-            line = {
-                "mode": mode_name,
-                "step": step.index,
-                "time_s": round(step.start_s, 6),
-                "step_ms": round(step.step_s * 1000, 3),
-                "scheduled": {s.request.request_id: s.num_new_tokens for s in step.batch.scheduled},
-                "preempted": [r.request_id for r in step.batch.preempted],
-                "finished": [r.request_id for r in step.result.finished],
-                "num_free_blocks": step.num_free_blocks,
-            }
-            self._file.write(json.dumps(line) + "\n")
-        return write
+    def observer(self, mode_name: str) -> "StepLogLines":
+        return StepLogLines(self._file, mode_name)
+
+
+class StepLogLines:
+    """Observer: one mode's steps, as lines of the step log."""
+    needs_every_request = True  # it names every request scheduled in every step
+
+    def __init__(self, file, mode_name: str):
+        self._file = file
+        self.mode_name = mode_name
+
+    def __call__(self, step: EngineStep) -> None:
+        line = {
+            "mode": self.mode_name,
+            "step": step.index,
+            "time_s": round(step.start_s, 6),
+            "step_ms": round(step.step_s * 1000, 3),
+            "scheduled": {s.request.request_id: s.num_new_tokens for s in step.batch.scheduled},
+            "preempted": [r.request_id for r in step.batch.preempted],
+            "finished": [r.request_id for r in step.result.finished],
+            "num_free_blocks": step.num_free_blocks,
+        }
+        self._file.write(json.dumps(line) + "\n")

@@ -80,7 +80,7 @@ def step_row(step: EngineStep) -> TimelineRow:
     cells += [(request.request_id, "X") for request in step.batch.preempted]
     return TimelineRow(step.index, step.start_s, 1000 * step.step_s,
                        step.batch.num_scheduled_tokens, step.num_waiting, cells,
-                       max(step.result.itls_s, default=0.0))
+                       max((itl_s for itl_s, _ in step.result.itls), default=0.0))
 
 
 class TimelineWindow:
@@ -89,6 +89,7 @@ class TimelineWindow:
     Rows are kept from the anchor step on; `num_lead_steps` recent rows are held back in case
     the next step becomes the anchor. For `worst-itl` a later, worse gap moves the window.
     """
+    needs_every_request = True  # a row names every request of the step
 
     def __init__(self, spec: TimelineSpec):
         self.spec = spec

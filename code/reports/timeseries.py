@@ -41,6 +41,7 @@ class StepSeries:
     num_output_tokens: list[int] = field(default_factory=list)
     itl_points: list[ItlPoint] = field(default_factory=list)
     is_paged: bool = True  # False for the contiguous reservations of NAIVE and STATIC
+    needs_every_request = False  # sums only: the engine may count decodes in bulk
 
     def __call__(self, step: EngineStep) -> None:
         end_s = step.start_s + step.step_s
@@ -48,8 +49,11 @@ class StepSeries:
         self.num_running.append(step.num_running)
         self.num_waiting.append(step.num_waiting)
         self.kv_blocks.append(step.kv_reserved_slots / self.block_size)
-        self.num_output_tokens.append(len(step.result.sampled))
-        for itl_s, count in sorted(Counter(step.result.itls_s).items()):
+        self.num_output_tokens.append(step.result.num_sampled)
+        counts = Counter()
+        for itl_s, count in step.result.itls:
+            counts[itl_s] += count
+        for itl_s, count in sorted(counts.items()):
             self.itl_points.append(ItlPoint(end_s, itl_s, count))
 
 

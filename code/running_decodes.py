@@ -1,0 +1,117 @@
+"""The running decodes, kept in bulk: why a step costs what changes, not how many requests run.
+
+In a busy engine most running requests are decodes. Every step each of them computes the token it
+sampled last, samples the next, and holds one more token of KV. Visiting every one of them every
+step would make a step's cost grow with the batch, yet in a step of 80 decodes only a handful of
+things happen: about 5 of them fill their last 16-token block and need a new one, and now and then
+one finishes. `RunningDecodes` keeps the decodes as a group and touches only those:
+
+    all members advance together    one counter, `step`, moves; a member's own counters (computed
+                                    tokens, outputs, last token time) catch up only when someone
+                                    looks at it (`sync`)
+    block boundaries                a member fills a block every block_size steps, at steps known
+                                    when it joins: members sit in block_size buckets by that step
+                                    modulo block_size, and a step looks into one bucket
+    finishes                        known when a member joins (its outputs left): members sit in
+                                    a dict from the group step of their last token
+    the clock's sums                the members' summed context grows by their number every step
+
+The scheduler's rules (scheduler.py) are untouched by this: a member is a running request that is
+exactly one token behind and decoded in the step before, so the rules would give it exactly one
+token this step too. A step that needs the rules one request at a time (a preemption, a decode
+squeezed out of the budget) hands every member back first (`release_all`).
+"""
+
+from typing import Optional
+
+from request import Request
+
+
+class RunningDecodes:
+    """Requests that decode together, one token each per step, until each reaches its end.
+
+    `block_size` None: no blocks to watch (STATIC's batch, whose KV is reserved contiguously).
+    """
+
+    def __init__(self, max_model_len: int, block_size: Optional[int] = None):
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.step = 0              # group steps so far: every member advanced one token in each
+        self.last_sample_s = 0.0   # when the last one ended: every member's last token time
+        self._synced_at: dict[Request, int] = {}  # member -> group step its counters are synced to
+        self._sum_lag = 0          # sum over members of (computed tokens - step synced at)
+        self._crossing: list[dict[Request, None]] = [{} for _ in range(block_size or 0)]
+        self._finishing: dict[int, list[Request]] = {}  # group step -> members whose last token
+        #                                                  it samples
+
+    def __len__(self) -> int:
+        return len(self._synced_at)
+
+    def __contains__(self, request: Request) -> bool:
+        return request in self._synced_at
+
+    @property
+    def num_context_tokens(self) -> int:
+        """The members' cached tokens, summed: what their decodes attend to in the next step."""
+        return self._sum_lag + len(self._synced_at) * self.step
+
+    def crossing_now(self) -> dict[Request, None]:
+        """Members whose next token starts a new block: each needs one more block this step."""
+        return self._crossing[self.step % self.block_size]
+
+    def join(self, request: Request) -> None:
+        """`request` just sampled a token, is one token behind and is not finished."""
+        self.last_sample_s = request.last_token_s  # the same for every member
+        lag = request.num_computed_tokens - self.step
+        self._synced_at[request] = self.step
+        self._sum_lag += lag
+        if self.block_size:
+            # Its computed tokens reach a multiple of block_size (a full last block) at the
+            # steps s with lag + s = 0 (mod block_size).
+            self._crossing[-lag % self.block_size][request] = None
+        last_step = self.step + min(request.max_tokens - request.num_output_tokens,
+                                    self.max_model_len - request.num_tokens)
+        self._finishing.setdefault(last_step, []).append(request)
+
+    def sync(self, request: Request) -> None:
+        """Bring a member's own counters up to the group's step."""
+        behind = self.step - self._synced_at[request]
+        if behind:
+            request.num_computed_tokens += behind
+            request.num_output_tokens += behind
+            request.last_token_s = self.last_sample_s
+            self._synced_at[request] = self.step
+
+    def sync_all(self) -> None:
+        """Bring every member's counters up to date (for a reader outside the scheduler)."""
+        for request in self._synced_at:
+            self.sync(request)
+
+    def advance(self, now_s: float) -> tuple[float, int, list[Request]]:
+        """Every member computed its token and sampled the next in the step that ended at `now_s`.
+
+        Returns the gap each of them waited for its token (s), how many they were, and those whose
+        token was their last: they leave the group, synced.
+        """
+        itl_s = now_s - self.last_sample_s
+        num_sampled = len(self._synced_at)
+        self.step += 1
+        self.last_sample_s = now_s
+        last_tokens = self._finishing.pop(self.step, [])
+        for request in last_tokens:
+            self.sync(request)
+            lag = request.num_computed_tokens - self.step
+            del self._synced_at[request]
+            self._sum_lag -= lag
+            if self.block_size:
+                del self._crossing[-lag % self.block_size][request]
+        return itl_s, num_sampled, last_tokens
+
+    def release_all(self) -> None:
+        """Hand every member back as an ordinary request, synced, and empty the group."""
+        self.sync_all()
+        self._synced_at.clear()
+        self._sum_lag = 0
+        for bucket in self._crossing:
+            bucket.clear()
+        self._finishing.clear()
