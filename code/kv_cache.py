@@ -88,15 +88,14 @@ class PagedKVCache:
         self.num_used_slots += num_new_tokens
         return True
 
-    def allocate_decode_slots(self, crossing_ids: list[str], num_decodes: int) -> None:
-        """Room for one more token in each of `num_decodes` running decodes, of which those in
-        `crossing_ids` (in running order) fill their last block and take a new one. The caller
-        has checked that the pool holds that many blocks; the same as `allocate_slots(id, c, 1)`
-        for every decode, at the cost of only the decodes that cross."""
-        assert len(crossing_ids) <= self.num_free_blocks, "caller must check num_free_blocks first"
-        free_block_ids, block_tables = self.pool.free_block_ids, self.block_tables
-        for request_id in crossing_ids:
-            block_tables[request_id].append(free_block_ids.popleft())
+    def append_block(self, request_id: str) -> None:
+        """One more block for a request whose last block is full (a decode crossing into a new
+        block); the caller has checked that one is free."""
+        self.block_tables[request_id].append(self.pool.free_block_ids.popleft())
+
+    def add_decode_tokens(self, num_decodes: int) -> None:
+        """`num_decodes` decodes each cache one more token (the ones that crossed into a new
+        block took it with `append_block`): together, `allocate_slots(id, computed, 1)` for each."""
         self.num_used_slots += num_decodes
 
     def free(self, request_id: str, num_cached_tokens: int) -> None:

@@ -20,6 +20,7 @@ arrays, so memory stays flat with the number of requests.
 """
 
 import bisect
+import itertools
 import math
 from array import array
 from collections import Counter
@@ -35,15 +36,26 @@ IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per req
 class Distribution:
     """Values and how often each occurred, sorted once: a mean and linear percentiles."""
 
-    def __init__(self, counts: Counter):
-        self.values = sorted(counts)
-        self.ends = []  # ends[i]: how many items are <= values[i]
-        total = 0
-        for value in self.values:
-            total += counts[value]
-            self.ends.append(total)
-        self.total = total
-        self._sum = math.fsum(value * counts[value] for value in self.values)
+    def __init__(self, values: list[float], counts: array):
+        """`values` sorted and distinct, `counts[i]` how often values[i] occurred."""
+        self.values = values
+        self.ends = array("q", itertools.accumulate(counts))  # ends[i]: items <= values[i]
+        self.total = self.ends[-1] if self.ends else 0
+        self._sum = math.fsum(value * count for value, count in zip(values, counts))
+
+    @classmethod
+    def of_counts(cls, counts: Counter) -> "Distribution":
+        values = sorted(counts)
+        return cls(values, array("q", (counts[value] for value in values)))
+
+    @classmethod
+    def of_samples(cls, samples) -> "Distribution":
+        """From the samples themselves, equal ones counted together (as `of_counts` would)."""
+        values, counts = [], array("q")
+        for value, run in itertools.groupby(sorted(samples)):
+            values.append(value)
+            counts.append(sum(1 for _ in run))
+        return cls(values, counts)
 
     def mean(self) -> float:
         return self._sum / self.total if self.total else 0.0
@@ -61,12 +73,12 @@ class Distribution:
 
 def percentile(values: list[float], p: float) -> float:
     """The p-th percentile (0..100) of `values`, linear interpolation; 0.0 for no values."""
-    return Distribution(Counter(values)).percentile(p)
+    return Distribution.of_samples(values).percentile(p)
 
 
 def weighted_percentile(counts: Counter, p: float) -> float:
     """Percentile of the list in which each value appears `counts[value]` times."""
-    return Distribution(counts).percentile(p)
+    return Distribution.of_counts(counts).percentile(p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,43 +179,51 @@ class RunRecorder:
     def num_completed(self) -> int:
         return self.status.count(FINISHED)
 
-    def latency_distributions(self) -> dict[str, Distribution]:
-        """TTFT, TPOT, ITL and E2EL over the completed requests, in seconds.
+    LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
+
+    def latency_distribution(self, name: str) -> Distribution:
+        """TTFT, TPOT, ITL or E2EL over the completed requests, in seconds (one at a time: each
+        holds a value per request).
 
         TPOT leaves out requests with a single output token (they have no gap to average), as
         vLLM's mean and percentiles do.
         """
-        done = [i for i, status in enumerate(self.status) if status == FINISHED]
+        if name == "itl":
+            return Distribution.of_counts(self.itl_counts)
         arrival, first, last = self.arrival_s, self.first_token_s, self.last_token_s
         outputs = self.num_output_tokens
-        return {
-            "ttft": Distribution(Counter(first[i] - arrival[i] for i in done)),
-            "tpot": Distribution(Counter((last[i] - first[i]) / (outputs[i] - 1)
-                                         for i in done if outputs[i] > 1)),
-            "itl": Distribution(self.itl_counts),
-            "e2el": Distribution(Counter(last[i] - arrival[i] for i in done)),
-        }
+        done = self._completed_indexes()
+        if name == "ttft":
+            return Distribution.of_samples(first[i] - arrival[i] for i in done)
+        if name == "tpot":
+            return Distribution.of_samples((last[i] - first[i]) / (outputs[i] - 1)
+                                           for i in done if outputs[i] > 1)
+        return Distribution.of_samples(last[i] - arrival[i] for i in done)
+
+    def _completed_indexes(self):
+        return (i for i, status in enumerate(self.status) if status == FINISHED)
 
     def summary(self) -> dict:
         """The run's metrics, named as in the JSON README documents (ms, s, per second)."""
-        done = [i for i, status in enumerate(self.status) if status == FINISHED]
+        num_completed = self.num_completed
         start_s = min(self.arrival_s, default=0.0)
-        ends = [self.last_token_s[i] for i in done]
-        ends += [self.arrival_s[i] for i, status in enumerate(self.status) if status == REJECTED]
-        duration = max(ends, default=start_s) - start_s
-        input_tokens = sum(self.prompt_len[i] for i in done)
-        output_tokens = sum(self.num_output_tokens[i] for i in done)
+        last_tokens = (self.last_token_s[i] for i in self._completed_indexes())
+        rejected_arrivals = (self.arrival_s[rejection.index] for rejection in self.rejected)
+        duration = max(itertools.chain(last_tokens, rejected_arrivals), default=start_s) - start_s
+        input_tokens = sum(self.prompt_len[i] for i in self._completed_indexes())
+        output_tokens = sum(self.num_output_tokens[i] for i in self._completed_indexes())
         result = {
-            "completed": len(done),
+            "completed": num_completed,
             "rejected": len(self.rejected),
             "duration": duration,
             "total_input_tokens": input_tokens,
             "total_output_tokens": output_tokens,
-            "request_throughput": _per_second(len(done), duration),
+            "request_throughput": _per_second(num_completed, duration),
             "output_throughput": _per_second(output_tokens, duration),
             "total_token_throughput": _per_second(input_tokens + output_tokens, duration),
         }
-        for name, distribution in self.latency_distributions().items():
+        for name in self.LATENCY_NAMES:
+            distribution = self.latency_distribution(name)
             result[f"mean_{name}_ms"] = 1000 * distribution.mean()
             result[f"median_{name}_ms"] = 1000 * distribution.percentile(50)
             result[f"p99_{name}_ms"] = 1000 * distribution.percentile(99)
@@ -236,7 +256,8 @@ def serving_metrics(recorder: RunRecorder, percentiles: list[float], slos_ms: di
     flight.
     """
     result = add_request_goodput(recorder.summary(), recorder, slos_ms)
-    for name, distribution in recorder.latency_distributions().items():
+    for name in recorder.LATENCY_NAMES:
+        distribution = recorder.latency_distribution(name)
         for p in percentiles:
             result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * distribution.percentile(p)
     result["max_output_tokens_per_s"] = max_output_tokens_per_s

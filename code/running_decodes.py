@@ -69,9 +69,12 @@ class RunningDecodes:
             # Its computed tokens reach a multiple of block_size (a full last block) at the
             # steps s with lag + s = 0 (mod block_size).
             self._crossing[-lag % self.block_size][request] = None
-        last_step = self.step + min(request.max_tokens - request.num_output_tokens,
-                                    self.max_model_len - request.num_tokens)
-        self._finishing.setdefault(last_step, []).append(request)
+        self._finishing.setdefault(self._last_step(request), []).append(request)
+
+    def _last_step(self, request: Request) -> int:
+        """The group step that samples a (synced) member's last token."""
+        return self.step + min(request.max_tokens - request.num_output_tokens,
+                               self.max_model_len - request.num_tokens)
 
     def sync(self, request: Request) -> None:
         """Bring a member's own counters up to the group's step."""
@@ -100,12 +103,24 @@ class RunningDecodes:
         last_tokens = self._finishing.pop(self.step, [])
         for request in last_tokens:
             self.sync(request)
-            lag = request.num_computed_tokens - self.step
-            del self._synced_at[request]
-            self._sum_lag -= lag
-            if self.block_size:
-                del self._crossing[-lag % self.block_size][request]
+            self._drop(request)
         return itl_s, num_sampled, last_tokens
+
+    def remove(self, request: Request) -> None:
+        """A member leaves before its last token (it is preempted), synced."""
+        self.sync(request)
+        finishing = self._finishing[self._last_step(request)]
+        finishing.remove(request)
+        if not finishing:
+            del self._finishing[self._last_step(request)]
+        self._drop(request)
+
+    def _drop(self, request: Request) -> None:
+        lag = request.num_computed_tokens - self.step
+        del self._synced_at[request]
+        self._sum_lag -= lag
+        if self.block_size:
+            del self._crossing[-lag % self.block_size][request]
 
     def release_all(self) -> None:
         """Hand every member back as an ordinary request, synced, and empty the group."""

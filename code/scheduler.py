@@ -82,16 +82,22 @@ class Scheduler:
 
     def schedule(self, now_s: float) -> SchedulerOutput:
         output = SchedulerOutput()
-        token_budget = self._schedule_running_in_bulk(output, self.max_num_batched_tokens)
-        if token_budget is None:  # this step needs the rules one request at a time
-            self.decodes.release_all()
-            token_budget = self._schedule_running(output, self.max_num_batched_tokens)
+        token_budget = self.max_num_batched_tokens
+        first = 0  # RUNNING from here on is scheduled one request at a time
+        if self._decodes_can_go_in_bulk(token_budget):
+            token_budget = self._schedule_decodes_in_bulk(output, token_budget)
+            first = len(self.decodes)
+        else:
+            self.decodes.release_all()  # every request by the rules, this step
+        token_budget = self._schedule_running(output, token_budget, first)
         if not output.preempted:
             self._schedule_waiting(output, token_budget)
         return output
 
-    def _schedule_running(self, output: SchedulerOutput, token_budget: int) -> int:
-        index = 0
+    def _schedule_running(self, output: SchedulerOutput, token_budget: int, first: int) -> int:
+        """RUNNING in admission order from index `first` (the decodes before it were scheduled
+        in bulk, one token each, by `_schedule_decodes_in_bulk`)."""
+        index = first
         while index < len(self.running) and token_budget > 0:
             request = self.running[index]
             num_new_tokens = self._num_new_tokens(request, token_budget)
@@ -118,6 +124,8 @@ class Scheduler:
         return True
 
     def _preempt(self, request: Request) -> None:
+        if request in self.decodes:
+            self.decodes.remove(request)  # its own counters, synced
         self.kv_cache.free(request.request_id, request.num_computed_tokens)
         del self._admission_order[request]
         request.preempt()
@@ -154,55 +162,37 @@ class Scheduler:
 
     # -- the running decodes in bulk (speed only) ---------------------------------------------
 
-    def _schedule_running_in_bulk(self, output: SchedulerOutput,
-                                  token_budget: int) -> Optional[int]:
-        """RUNNING as `_schedule_running` would schedule it, if that is sure to be: every running
-        decode one token (the decodes in bulk), then the running prompts in order. Returns the
-        budget left, or None (nothing changed) when the rules must look at each request: some
-        decode would not get its token, or some allocation would have to preempt."""
-        decodes = self.decodes
-        prompts = self._running_prompts()
-        if prompts is None or len(decodes) > token_budget:
-            return None
-        crossing = decodes.crossing_now()
-        num_free_blocks = self.kv_cache.num_free_blocks - len(crossing)
-        if num_free_blocks < 0:
-            return None
-        token_budget -= len(decodes)
-        chunks = []
-        for request in prompts:  # plan first: nothing changes unless every allocation fits
-            if token_budget <= 0:
-                break
-            num_new_tokens = self._num_new_tokens(request, token_budget)
-            if num_new_tokens == 0:
-                continue
-            num_free_blocks -= self.kv_cache.num_new_blocks_needed(
-                request.request_id, request.num_computed_tokens + num_new_tokens)
-            if num_free_blocks < 0:
-                return None
-            chunks.append((request, num_new_tokens))
-            token_budget -= num_new_tokens
-        in_running_order = sorted(crossing, key=self._admission_order.__getitem__)
-        self.kv_cache.allocate_decode_slots([r.request_id for r in in_running_order],
-                                            len(decodes))
-        output.add_decodes(len(decodes), decodes.num_context_tokens)
-        for request, num_new_tokens in chunks:
-            self.kv_cache.allocate_slots(request.request_id, request.num_computed_tokens,
-                                         num_new_tokens)
-            output.add(request, num_new_tokens, request.num_computed_tokens)
-        return token_budget
-
-    def _running_prompts(self) -> Optional[list[Request]]:
-        """The running requests outside the decode group (prompt chunks, recomputations, and a
-        decode the budget skipped), if all of them come after the group in RUNNING; else None.
-        They are scheduled one by one, by the rules, after the decodes."""
-        if not self.bulk_decodes:
-            return None
+    def _decodes_can_go_in_bulk(self, token_budget: int) -> bool:
+        """The budget gives every running decode its token, and no decode comes after a running
+        request outside the group (a prompt chunk, a recomputation, a decode skipped last step):
+        then the rules give each decode exactly one token, in the group's own order."""
+        if not self.bulk_decodes or len(self.decodes) > token_budget:
+            return False
         num_others = len(self.running) - len(self.decodes)
-        others = self.running[len(self.running) - num_others:] if num_others else []
-        if any(request in self.decodes for request in others):
-            return None  # a decode comes after one of them: the budget's order matters
-        return others
+        return not any(request in self.decodes for request in self.running[-num_others:]
+                       ) if num_others else True
+
+    def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
+        """One token for every running decode. Those that fill their last block take a new one, in
+        running order, preempting from the back of RUNNING when the pool is empty, as
+        `_allocate_or_preempt` does; a decode that has to preempt itself ends the loop there.
+        Returns the budget left."""
+        kv_cache, decodes = self.kv_cache, self.decodes
+        for request in sorted(decodes.crossing_now(), key=self._admission_order.__getitem__):
+            if request not in decodes:
+                continue  # preempted while an earlier decode looked for a block
+            while not kv_cache.num_free_blocks:
+                victim = self.running.pop()  # the most recently admitted
+                self._preempt(victim)
+                output.preempted.append(victim)
+                if victim is request:
+                    break
+            if request not in decodes:
+                break  # it preempted itself: everybody after it was preempted before it
+            kv_cache.append_block(request.request_id)
+        kv_cache.add_decode_tokens(len(decodes))
+        output.add_decodes(len(decodes), decodes.num_context_tokens)
+        return token_budget - len(decodes)
 
     # -- after the forward pass -------------------------------------------------------------
 

@@ -54,10 +54,11 @@ def test_num_blocks_for_rounds_up():
     assert [num_blocks_for(n, 16) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
 
 
-def test_decode_slots_take_a_block_only_for_the_decodes_that_cross_a_boundary():
+def test_decodes_in_bulk_take_blocks_only_where_they_cross_a_boundary():
     kv = PagedKVCache(num_blocks=10, block_size=4)
     kv.allocate_slots("a", 0, 4)  # a's block is full: its next token needs a new one
     kv.allocate_slots("b", 0, 3)  # b has room for one more
-    kv.allocate_decode_slots(["a"], num_decodes=2)
+    kv.append_block("a")
+    kv.add_decode_tokens(2)
     assert [len(kv.block_tables[r]) for r in "ab"] == [2, 1]
     assert kv.num_used_slots == 9 and kv.num_free_blocks == 7
