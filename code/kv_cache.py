@@ -42,8 +42,9 @@ class BlockPool:
         return len(self.free_block_ids)
 
     def take(self, count: int) -> list[int]:
-        assert count <= len(self.free_block_ids), "caller must check num_free_blocks first"
-        return [self.free_block_ids.popleft() for _ in range(count)]
+        """The `count` blocks at the front of the free list (the caller checked there are)."""
+        take = self.free_block_ids.popleft
+        return [take() for _ in range(count)]
 
     def give_back(self, block_ids: list[int]) -> None:
         self.free_block_ids.extend(block_ids)
@@ -68,7 +69,7 @@ class PagedKVCache:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.pool.num_free_blocks
+        return len(self.pool.free_block_ids)
 
     def num_new_blocks_needed(self, request_id: str, num_total_tokens: int) -> int:
         """Blocks to add so that the request can hold `num_total_tokens` tokens."""
@@ -81,21 +82,23 @@ class PagedKVCache:
     def allocate_slots(self, request_id: str, num_computed: int, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` after `num_computed`; False (nothing taken) if full."""
         num_new_blocks = self.num_new_blocks_needed(request_id, num_computed + num_new_tokens)
-        if num_new_blocks > self.num_free_blocks:
+        if num_new_blocks > len(self.pool.free_block_ids):
             return False
         if num_new_blocks:  # the tokens cross into blocks the request does not hold yet
             self.block_tables.setdefault(request_id, []).extend(self.pool.take(num_new_blocks))
         self.num_used_slots += num_new_tokens
         return True
 
-    def append_block(self, request_id: str) -> None:
-        """One more block for a request whose last block is full (a decode crossing into a new
-        block); the caller has checked that one is free."""
-        self.block_tables[request_id].append(self.pool.free_block_ids.popleft())
+    def append_blocks(self, request_ids: list[str]) -> None:
+        """One more block for each request, whose last block is full (decodes crossing into a
+        new block), in that order; the caller has checked that the pool holds them."""
+        take, block_tables = self.pool.free_block_ids.popleft, self.block_tables
+        for request_id in request_ids:
+            block_tables[request_id].append(take())
 
     def add_decode_tokens(self, num_decodes: int) -> None:
         """`num_decodes` decodes each cache one more token (the ones that crossed into a new
-        block took it with `append_block`): together, `allocate_slots(id, computed, 1)` for each."""
+        block took it with `append_blocks`): together, `allocate_slots(id, computed, 1)` each."""
         self.num_used_slots += num_decodes
 
     def free(self, request_id: str, num_cached_tokens: int) -> None:

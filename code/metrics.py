@@ -159,7 +159,8 @@ class RunRecorder:
             itl_counts[itl_s] += count
         self.reserved_slot_seconds += reserved_slots * step_s
         self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
-        self.peak_reserved_slots = max(self.peak_reserved_slots, reserved_slots)
+        if reserved_slots > self.peak_reserved_slots:
+            self.peak_reserved_slots = reserved_slots
         for request in result.finished:
             self.on_finished(request)
 

@@ -166,33 +166,42 @@ class Scheduler:
         """The budget gives every running decode its token, and no decode comes after a running
         request outside the group (a prompt chunk, a recomputation, a decode skipped last step):
         then the rules give each decode exactly one token, in the group's own order."""
-        if not self.bulk_decodes or len(self.decodes) > token_budget:
+        decodes = self.decodes
+        if not self.bulk_decodes or len(decodes) > token_budget:
             return False
-        num_others = len(self.running) - len(self.decodes)
-        return not any(request in self.decodes for request in self.running[-num_others:]
-                       ) if num_others else True
+        for index in range(len(decodes), len(self.running)):  # the others: are they last?
+            if self.running[index] in decodes:
+                return False
+        return True
 
     def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
-        """One token for every running decode. Those that fill their last block take a new one, in
-        running order, preempting from the back of RUNNING when the pool is empty, as
-        `_allocate_or_preempt` does; a decode that has to preempt itself ends the loop there.
-        Returns the budget left."""
+        """One token for every running decode. Those that fill their last block take a new one,
+        in running order; returns the budget left."""
         kv_cache, decodes = self.kv_cache, self.decodes
-        for request in sorted(decodes.crossing_now(), key=self._admission_order.__getitem__):
-            if request not in decodes:
+        crossing = sorted(decodes.crossing_now(), key=self._admission_order.__getitem__)
+        if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
+            kv_cache.append_blocks([request.request_id for request in crossing])
+        else:
+            self._append_blocks_or_preempt(crossing, output)
+        num_decodes = len(decodes)
+        kv_cache.add_decode_tokens(num_decodes)
+        output.add_decodes(num_decodes, decodes.num_context_tokens)
+        return token_budget - num_decodes
+
+    def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
+        """A block each for the crossing decodes, in running order, preempting from the back of
+        RUNNING when the pool is empty, as `_allocate_or_preempt` does; a decode that has to
+        preempt itself ends the loop there (everybody after it went before it)."""
+        for request in crossing:
+            if request not in self.decodes:
                 continue  # preempted while an earlier decode looked for a block
-            while not kv_cache.num_free_blocks:
+            while not self.kv_cache.num_free_blocks:
                 victim = self.running.pop()  # the most recently admitted
                 self._preempt(victim)
                 output.preempted.append(victim)
                 if victim is request:
-                    break
-            if request not in decodes:
-                break  # it preempted itself: everybody after it was preempted before it
-            kv_cache.append_block(request.request_id)
-        kv_cache.add_decode_tokens(len(decodes))
-        output.add_decodes(len(decodes), decodes.num_context_tokens)
-        return token_budget - len(decodes)
+                    return
+            self.kv_cache.append_blocks([request.request_id])
 
     # -- after the forward pass -------------------------------------------------------------
 

@@ -58,7 +58,7 @@ def test_decodes_in_bulk_take_blocks_only_where_they_cross_a_boundary():
     kv = PagedKVCache(num_blocks=10, block_size=4)
     kv.allocate_slots("a", 0, 4)  # a's block is full: its next token needs a new one
     kv.allocate_slots("b", 0, 3)  # b has room for one more
-    kv.append_block("a")
+    kv.append_blocks(["a"])
     kv.add_decode_tokens(2)
     assert [len(kv.block_tables[r]) for r in "ab"] == [2, 1]
     assert kv.num_used_slots == 9 and kv.num_free_blocks == 7

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Optional
 from workload import WorkloadError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TraceRow:
     line: int               # line number in the file, for error messages
     timestamp_s: float      # on the trace's own clock
@@ -120,26 +120,33 @@ def column_indexes(path: str, header: list[str], layout: CsvLayout) -> dict[str,
 
 def csv_row(path: str, line: int, fields: list[str], columns: dict[str, int],
             layout: CsvLayout) -> TraceRow:
-    def value(column: str) -> str:
-        index = columns[column]
-        return fields[index].strip() if index < len(fields) else ""
-
-    def required(column: str) -> str:
-        if not value(column):
-            raise trace_error(path, line, f"missing value for {column}")
-        return value(column)
-
-    timestamp_text = required(layout.timestamp_column)
+    timestamp_text = required_field(path, line, fields, columns, layout.timestamp_column)
     timestamp_s = parse_timestamp(path, line, layout.timestamp_column, timestamp_text,
                                   layout.to_seconds, layout.timestamp_kind)
-    prompt_len = parse_tokens(path, line, layout.prompt_column, required(layout.prompt_column), 1)
+    prompt_len = parse_tokens(path, line, layout.prompt_column,
+                              required_field(path, line, fields, columns, layout.prompt_column), 1)
     min_output = 0 if layout.zero_output_means_failed else 1
-    output_len = parse_tokens(path, line, layout.output_column, required(layout.output_column),
+    output_len = parse_tokens(path, line, layout.output_column,
+                              required_field(path, line, fields, columns, layout.output_column),
                               min_output)
-    request_id = value(layout.id_column) if layout.id_column in columns else ""
+    request_id = field_text(fields, columns, layout.id_column) if layout.id_column in columns else ""
     return TraceRow(line, timestamp_s, timestamp_text, prompt_len, output_len,
                     request_id or None,
                     failed=layout.zero_output_means_failed and output_len == 0)
+
+
+def field_text(fields: list[str], columns: dict[str, int], column: str) -> str:
+    """The column's text in this row, stripped ("" where the row is short)."""
+    index = columns[column]
+    return fields[index].strip() if index < len(fields) else ""
+
+
+def required_field(path: str, line: int, fields: list[str], columns: dict[str, int],
+                   column: str) -> str:
+    text = field_text(fields, columns, column)
+    if not text:
+        raise trace_error(path, line, f"missing value for {column}")
+    return text
 
 
 # -- Mooncake's JSON lines -------------------------------------------------------------------
