@@ -16,7 +16,7 @@ in static_batching.py); it is all the engine loop in main.py knows about a sched
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Iterator, Optional, Protocol
 
 from request import Request
 
@@ -114,6 +114,24 @@ class StepResult:
         return True
 
 
+@dataclass(slots=True)
+class DecodeRun:
+    """The same decode-only batch, step after step, until something changes.
+
+    A scheduler offers one (`identical_decode_steps`) when it is sure that its coming steps each
+    give the same running requests one token, admitting, finishing and preempting nobody; only
+    the context grows, by `num_seqs` a step. The engine loop then prices and records those steps
+    without asking the scheduler again, and hands it their end times (`apply_decode_run`).
+    """
+    new_slots_reserved: Iterator[int]  # per coming step: KV slots it reserves (new blocks x
+    #                                    block_size); the iterator ends where the run must
+    num_seqs: int              # sequences each step computes (STATIC: padding members too)
+    num_sampled: int           # of them, those that sample a token (and cache one more)
+    num_context_tokens: int    # what the first step attends to; each step adds num_seqs
+    num_padding_tokens: int    # per step
+    last_token_s: float        # when the sampling requests got their latest token
+
+
 class BatchScheduler(Protocol):
     """What the engine loop asks of a scheduler, whichever mode it serves."""
     kv_cache: object            # PagedKVCache or ContiguousKVCache (kv_cache.py)
@@ -135,6 +153,12 @@ class BatchScheduler(Protocol):
     def schedule(self, now_s: float) -> SchedulerOutput: ...
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult: ...
+
+    def identical_decode_steps(self) -> Optional[DecodeRun]:
+        """The coming steps, if they are sure to be the same decode-only batch (speed only)."""
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """The engine ran the first len(step_ends_s) steps of `run`, ending at those times."""
 
 
 @dataclass

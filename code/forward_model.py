@@ -72,6 +72,10 @@ class RooflineClock:
         return self.price(batch.num_scheduled_tokens, batch.num_seqs, batch.num_attention_pairs,
                           batch.num_context_tokens)
 
+    def decode_step_time_s(self, num_seqs: int, num_context_tokens: int) -> float:
+        """A step of `num_seqs` decodes only: what step_time_s prices such a batch at."""
+        return self.price(num_seqs, num_seqs, num_context_tokens + num_seqs, num_context_tokens)
+
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
         """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences."""
@@ -109,6 +113,10 @@ class LinearClock:
         num_decode = batch.num_decode_tokens
         num_prefill = batch.num_scheduled_tokens - num_decode
         return self.step_s + self.prefill_token_s * num_prefill + self.decode_token_s * num_decode
+
+    def decode_step_time_s(self, num_seqs: int, num_context_tokens: int) -> float:
+        """A step of `num_seqs` decodes only: what step_time_s prices such a batch at."""
+        return self.step_s + self.prefill_token_s * 0 + self.decode_token_s * num_seqs
 
 
 def make_clock(config: EngineConfig):

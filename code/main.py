@@ -15,6 +15,7 @@ code/reports and code/traces; README.md lists every file in reading order.
 """
 
 import sys
+from typing import Optional
 
 # ── Knobs for the exercises: edit them and rerun; a flag given on the command line wins ─────────
 COMPARED_MODES = ["naive", "static", "continuous", "chunked"]  # compare's rows (--mode); drop
@@ -26,7 +27,7 @@ BLOCK_SIZE = 16                # tokens per KV block (--block-size)
 MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATIC's batch size
 # ─────────────────────────────────────────────────────────────────────────────────────────────
 
-from batch import BatchScheduler, EngineStep  # noqa: E402  (after the knobs: first screen)
+from batch import BatchScheduler, EngineStep, SchedulerOutput, StepResult  # noqa: E402
 from config import Knobs  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
 
@@ -43,6 +44,11 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> Run
         admit_arrivals(arrivals, scheduler, recorder, clock_s)
         if not scheduler.has_unfinished_requests() and arrivals.next_arrival_s() is None:
             return recorder
+        repeated_until_s = repeat_identical_decode_steps(scheduler, clock, recorder, arrivals,
+                                                         clock_s, observers)  # speed only
+        if repeated_until_s is not None:
+            clock_s = repeated_until_s
+            continue
         batch = scheduler.schedule(clock_s)                   # who runs, how many tokens each
         if batch.is_empty:
             if not batch.preempted:                           # idle: jump to the next event
@@ -58,6 +64,57 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> Run
             observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
                                len(scheduler.running), len(scheduler.waiting),
                                scheduler.num_free_blocks, reserved, used))
+
+
+def repeat_identical_decode_steps(scheduler: BatchScheduler, clock, recorder, arrivals,
+                                  clock_s, observers) -> Optional[float]:
+    """Speed only. When the scheduler is sure its coming steps are the same decode-only batch
+    (NAIVE and STATIC between finishes; continuous batching of decodes alone, nobody admissible),
+    price and record those steps here without asking it again: every step still on its own, as
+    the loop above would, until one would change something or an arrival is due (it must be
+    admitted first). Returns the clock after them, or None if no step was repeated."""
+    run = scheduler.identical_decode_steps()
+    if run is None:
+        return None
+    next_arrival_s = arrivals.next_arrival_s()
+    kv_cache = scheduler.kv_cache
+    reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
+    context, last_token_s = run.num_context_tokens, run.last_token_s
+    step_ends_s = []
+    for new_slots in run.new_slots_reserved:
+        if next_arrival_s is not None and next_arrival_s <= clock_s:
+            break
+        reserved, used = reserved + new_slots, used + run.num_sampled
+        step_s = clock.decode_step_time_s(run.num_seqs, context)
+        clock_s += step_s
+        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used)
+        if observers:
+            observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s,
+                                    step_s, clock_s - last_token_s, reserved, used)
+        step_ends_s.append(clock_s)
+        context += run.num_seqs
+        last_token_s = clock_s
+    if not step_ends_s:
+        return None
+    scheduler.apply_decode_run(run, step_ends_s)
+    return clock_s
+
+
+def observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s, step_s,
+                            itl_s, reserved, used) -> None:
+    """What an observer of sums (a chart) sees of one repeated step: the step as it ran."""
+    batch = SchedulerOutput()
+    batch.add_decodes(run.num_seqs, context)
+    batch.num_padding_tokens = run.num_padding_tokens
+    result = StepResult(num_bulk_sampled=run.num_sampled, itls=[(itl_s, run.num_sampled)])
+    free_blocks = scheduler.num_free_blocks  # the pool is not touched until the run is applied
+    if free_blocks is not None:
+        kv_cache = scheduler.kv_cache
+        free_blocks -= (reserved - kv_cache.num_reserved_slots) // kv_cache.block_size
+    for observe in observers:
+        observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
+                           len(scheduler.running), len(scheduler.waiting), free_blocks, reserved,
+                           used))
 
 
 def needs_every_request(observer) -> bool:

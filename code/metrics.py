@@ -26,7 +26,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 
-from batch import SchedulerOutput, StepResult
+from batch import DecodeRun, SchedulerOutput, StepResult
 from goodput import add_request_goodput
 from request import Request, RequestStatus
 
@@ -149,20 +149,32 @@ class RunRecorder:
     def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
                 reserved_slots: int, used_slots: int) -> None:
         """`reserved_slots` and `used_slots` are the KV cache's state while the step ran."""
-        self.num_steps += 1
-        self.num_scheduled_seqs += batch.num_seqs
-        self.num_computed_tokens += batch.num_scheduled_tokens
-        self.num_padding_tokens += batch.num_padding_tokens
+        self._count_step(step_s, batch.num_seqs, batch.num_scheduled_tokens,
+                         batch.num_padding_tokens, reserved_slots, used_slots)
         self.num_preemptions += len(batch.preempted)
         itl_counts = self.itl_counts
         for itl_s, count in result.itls:
             itl_counts[itl_s] += count
+        for request in result.finished:
+            self.on_finished(request)
+
+    def on_decode_run_step(self, step_s: float, run: DecodeRun, itl_s: float,
+                           reserved_slots: int, used_slots: int) -> None:
+        """One step of a DecodeRun: what `on_step` records for such a step."""
+        self._count_step(step_s, run.num_seqs, run.num_seqs, run.num_padding_tokens,
+                         reserved_slots, used_slots)
+        self.itl_counts[itl_s] += run.num_sampled
+
+    def _count_step(self, step_s: float, num_seqs: int, num_tokens: int, num_padding_tokens: int,
+                    reserved_slots: int, used_slots: int) -> None:
+        self.num_steps += 1
+        self.num_scheduled_seqs += num_seqs
+        self.num_computed_tokens += num_tokens
+        self.num_padding_tokens += num_padding_tokens
         self.reserved_slot_seconds += reserved_slots * step_s
         self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
         if reserved_slots > self.peak_reserved_slots:
             self.peak_reserved_slots = reserved_slots
-        for request in result.finished:
-            self.on_finished(request)
 
     def completed(self) -> list[RequestRecord]:
         """The finished requests, in arrival order."""

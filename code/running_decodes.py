@@ -57,7 +57,19 @@ class RunningDecodes:
 
     def crossing_now(self) -> dict[Request, None]:
         """Members whose next token starts a new block: each needs one more block this step."""
-        return self._crossing[self.step % self.block_size]
+        return self.crossing_at(self.step)
+
+    def crossing_at(self, step: int) -> dict[Request, None]:
+        """The members that take a block in the step that starts at group step `step`."""
+        return self._crossing[step % self.block_size]
+
+    def finishes_at(self, step: int) -> bool:
+        """Does the group step that brings the count to `step` sample some member's last token?"""
+        return step in self._finishing
+
+    def steps_before_a_finish(self) -> int:
+        """How many steps the group can take before the one that finishes somebody."""
+        return min(self._finishing) - self.step - 1 if self._finishing else 0
 
     def join(self, request: Request) -> None:
         """`request` just sampled a token, is one token behind and is not finished."""

@@ -34,9 +34,9 @@ encoder inputs, LoRA, and the extra null block vLLM keeps in its pool.
 """
 
 from collections import deque
-from typing import Optional
+from typing import Iterator, Optional
 
-from batch import SchedulerOutput, StepResult
+from batch import DecodeRun, SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
 from request import Request, reject_if_it_can_never_run
 from running_decodes import RunningDecodes
@@ -134,12 +134,9 @@ class Scheduler:
     def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> None:
         while self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            num_new_tokens = self._cap_long_prefill(request.num_tokens_to_compute)
-            if not self.enable_chunked_prefill and num_new_tokens > token_budget:
-                break  # a whole prompt must fit in one step; everybody behind it waits too
-            num_new_tokens = min(num_new_tokens, token_budget)
-            if not self.kv_cache.can_fit(request.request_id, request.num_tokens):
-                break  # no room for its whole sequence yet; FCFS: nobody overtakes it
+            num_new_tokens = self._num_tokens_to_admit(request, token_budget)
+            if num_new_tokens is None:
+                break  # it must wait, and FCFS: nobody overtakes it
             self.kv_cache.allocate_slots(request.request_id, 0, num_new_tokens)
             self.waiting.popleft()
             request.admit()
@@ -148,6 +145,15 @@ class Scheduler:
             self._num_admitted += 1
             output.add(request, num_new_tokens, 0)
             token_budget -= num_new_tokens
+
+    def _num_tokens_to_admit(self, request: Request, token_budget: int) -> Optional[int]:
+        """What the head of WAITING would compute if admitted now, or None if it must wait."""
+        num_new_tokens = self._cap_long_prefill(request.num_tokens_to_compute)
+        if not self.enable_chunked_prefill and num_new_tokens > token_budget:
+            return None  # a whole prompt must fit in one step; everybody behind it waits too
+        if not self.kv_cache.can_fit(request.request_id, request.num_tokens):
+            return None  # no room for its whole sequence yet
+        return min(num_new_tokens, token_budget)
 
     def _num_new_tokens(self, request: Request, token_budget: int) -> int:
         num_new_tokens = min(self._cap_long_prefill(request.num_tokens_to_compute), token_budget)
@@ -202,6 +208,49 @@ class Scheduler:
                 if victim is request:
                     return
             self.kv_cache.append_blocks([request.request_id])
+
+    def identical_decode_steps(self) -> Optional[DecodeRun]:
+        """The coming steps, while they are sure to be the same: every running request a decode
+        in the group, nobody admissible (the blocks only shrink while decodes run, so a head
+        that does not fit now will not fit then), nobody finishing, and the pool holding the
+        crossing decodes' new blocks. None when the next step is not such a step."""
+        decodes = self.decodes
+        if not (self.bulk_decodes and decodes and len(self.running) == len(decodes)):
+            return None
+        token_budget = self.max_num_batched_tokens - len(decodes)
+        if token_budget < 0 or self._admissible_head(token_budget):
+            return None
+        if decodes.finishes_at(decodes.step + 1):
+            return None
+        return DecodeRun(self._decode_run_slots(), len(decodes), len(decodes),
+                         decodes.num_context_tokens, 0, decodes.last_sample_s)
+
+    def _admissible_head(self, token_budget: int) -> bool:
+        return (bool(self.waiting) and token_budget > 0 and len(self.running) < self.max_num_seqs
+                and self._num_tokens_to_admit(self.waiting[0], token_budget) is not None)
+
+    def _decode_run_slots(self) -> Iterator[int]:
+        """Slots each coming decode-only step reserves, until one would finish somebody or the
+        pool could not hold its crossing decodes' blocks."""
+        decodes = self.decodes
+        num_free_blocks = self.kv_cache.num_free_blocks
+        step = decodes.step
+        while not decodes.finishes_at(step + 1):
+            num_crossing = len(decodes.crossing_at(step))
+            if num_crossing > num_free_blocks:
+                return
+            num_free_blocks -= num_crossing
+            yield num_crossing * self.kv_cache.block_size
+            step += 1
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """The engine ran len(step_ends_s) steps of `run`: what schedule and update would have
+        done to the decodes in each of them, in order."""
+        for end_s in step_ends_s:
+            crossing = sorted(self.decodes.crossing_now(), key=self._admission_order.__getitem__)
+            self.kv_cache.append_blocks([request.request_id for request in crossing])
+            self.kv_cache.add_decode_tokens(run.num_seqs)
+            self.decodes.advance(end_s)
 
     # -- after the forward pass -------------------------------------------------------------
 

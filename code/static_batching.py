@@ -25,10 +25,11 @@ drained were worse still; servesim does not charge that.) The padded context is 
 computed; servesim does not cap it at max_model_len.
 """
 
+import itertools
 from collections import deque
 from typing import Optional
 
-from batch import SchedulerOutput, StepResult
+from batch import DecodeRun, SchedulerOutput, StepResult
 from kv_cache import ContiguousKVCache
 from request import Request, reject_if_it_can_never_run
 from running_decodes import RunningDecodes
@@ -149,6 +150,22 @@ class StaticBatchScheduler:
             result.sampled = sampled
         for request in sorted(last_tokens, key=self.batch.index):
             result.finish_if_done(request, self.max_model_len)
+
+    def identical_decode_steps(self) -> Optional[DecodeRun]:
+        """While no member finishes, every decode step of the batch is the same (speed only)."""
+        num_steps = self.unfinished.steps_before_a_finish()
+        if not (self.bulk_decodes and self.prefilled and num_steps > 0):
+            return None
+        return DecodeRun(itertools.repeat(0, num_steps), len(self.batch), len(self.unfinished),
+                         len(self.batch) * self.num_padded_tokens,
+                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s)
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """The engine ran len(step_ends_s) decode steps of the batch, ending at those times."""
+        for end_s in step_ends_s:
+            self.kv_cache.fill(run.num_sampled)
+            self.unfinished.advance(end_s)
+            self.num_padded_tokens += 1
 
     def _drain(self) -> None:
         for request in self.batch:

@@ -64,3 +64,16 @@ def test_bulk_and_one_by_one_serve_every_request_at_the_same_times():
             preempted = preempted or bulk[1]["num_preemptions"] > 0
         num_preempting_cases += preempted
     assert num_preempting_cases >= 10  # the pools really were small enough to preempt
+
+
+def test_a_chart_sees_the_same_steps_whether_decodes_run_in_bulk_or_one_by_one():
+    from reports.timeseries import StepSeries
+    config = EngineConfig(max_model_len=256, default_chunked_budget=64)
+    rows = [(0.05 * i, 20 + 37 * i % 200, 1 + 53 * i % 250) for i in range(30)]
+    for mode in MODES:
+        series = []
+        for observers in ([], [EveryRequest()]):
+            chart = StepSeries(mode, config.block_size, is_paged=MODES[mode].is_paged)
+            served(config, 64, rows, None, mode, observers + [chart])
+            series.append(chart)
+        assert series[0] == series[1], mode
