@@ -32,8 +32,10 @@ from config import Knobs  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
 
 
-def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> RunRecorder:
-    """Serve every request of `workload` in `mode`; return what was recorded."""
+def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
+             progress=None) -> RunRecorder:
+    """Serve every request of `workload` in `mode`; return what was recorded. `progress`, if
+    given, is called with the recorder and the clock after every step (to report a long run)."""
     scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks)
     scheduler.bulk_decodes = not any(needs_every_request(observe) for observe in observers)
     kv_cache = scheduler.kv_cache
@@ -64,6 +66,8 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=()) -> Run
             observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
                                len(scheduler.running), len(scheduler.waiting),
                                scheduler.num_free_blocks, reserved, used))
+        if progress:
+            progress(recorder, clock_s)
 
 
 def repeat_identical_decode_steps(scheduler: BatchScheduler, clock, recorder, arrivals,

@@ -114,6 +114,7 @@ class RunRecorder:
         self.last_token_s = array("d")
         self.num_output_tokens = array("q")
         self.rejected: list[Rejection] = []
+        self.num_ended = 0   # finished or rejected so far
         # -- per step --
         self.itl_counts: Counter = Counter()  # seconds -> how many tokens followed that gap
         self.num_steps = 0
@@ -136,6 +137,7 @@ class RunRecorder:
     def on_finished(self, request: Request) -> None:
         """`request` ended: it finished (all its tokens out) or was rejected."""
         index = request.arrival_index
+        self.num_ended += 1
         if request.status is RequestStatus.REJECTED:
             self.status[index] = REJECTED
             self.rejected.append(Rejection(index, request.request_id, request.reject_reason,

@@ -172,10 +172,10 @@ class Scheduler:
         """The budget gives every running decode its token, and no decode comes after a running
         request outside the group (a prompt chunk, a recomputation, a decode skipped last step):
         then the rules give each decode exactly one token, in the group's own order."""
-        decodes = self.decodes
-        if not self.bulk_decodes or len(decodes) > token_budget:
+        decodes, num_decodes = self.decodes, len(self.decodes)
+        if not self.bulk_decodes or num_decodes > token_budget:
             return False
-        for index in range(len(decodes), len(self.running)):  # the others: are they last?
+        for index in range(num_decodes, len(self.running)):  # the others: are they last?
             if self.running[index] in decodes:
                 return False
         return True
@@ -214,15 +214,15 @@ class Scheduler:
         in the group, nobody admissible (the blocks only shrink while decodes run, so a head
         that does not fit now will not fit then), nobody finishing, and the pool holding the
         crossing decodes' new blocks. None when the next step is not such a step."""
-        decodes = self.decodes
-        if not (self.bulk_decodes and decodes and len(self.running) == len(decodes)):
+        decodes, num_decodes = self.decodes, len(self.decodes)
+        if not (self.bulk_decodes and num_decodes and len(self.running) == num_decodes):
             return None
-        token_budget = self.max_num_batched_tokens - len(decodes)
+        token_budget = self.max_num_batched_tokens - num_decodes
         if token_budget < 0 or self._admissible_head(token_budget):
             return None
         if decodes.finishes_at(decodes.step + 1):
             return None
-        return DecodeRun(self._decode_run_slots(), len(decodes), len(decodes),
+        return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
                          decodes.num_context_tokens, 0, decodes.last_sample_s)
 
     def _admissible_head(self, token_budget: int) -> bool:

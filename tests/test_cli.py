@@ -90,3 +90,25 @@ def test_a_bad_trace_line_leaves_no_step_log_behind(tmp_path):
 def test_every_command_explains_itself(command):
     result = servesim(command, "--help")
     assert result.returncode == 0 and "%%" not in result.stdout
+
+
+def test_a_long_runs_progress_line_is_rewritten_in_place_and_wiped_at_the_end():
+    import io
+    from commands.progress import CHECK_EVERY_STEPS, Progress
+
+    class Recorder:
+        num_steps, num_ended = CHECK_EVERY_STEPS, 40
+
+    wall = iter([0.0, 5.0])  # started at 0 s; 5 s later at the first check: past the 2 s
+    stream = io.StringIO()
+    progress = Progress("CONTINUOUS", 80, stream=stream, wall_clock=lambda: next(wall))
+    progress(Recorder(), 12.5)
+    assert stream.getvalue() == ("\rCONTINUOUS: 12.5 s simulated, 40/80 requests done, "
+                                 "1,024 steps\033[K")
+    progress.clear()
+    assert stream.getvalue().endswith("\r\033[K")
+
+
+def test_no_progress_line_unless_stderr_is_a_terminal():
+    result = servesim(*SMALL)  # stderr is a pipe here
+    assert result.returncode == 0 and result.stderr == ""

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Callable, Optional
 
+from commands import progress
 from commands.serving import Engine
 from config import ConfigError, EngineConfig, Knobs, flag_name
 from forward_model import make_clock
@@ -193,7 +194,7 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
         mode.check(config, name)
     slos_ms = parse_goodput(args.goodput or list(default_goodput))
     return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
-                  slos_ms)
+                  slos_ms, show_progress=progress.wanted(args.format))
 
 
 # -- what to show and write ----------------------------------------------------------------------

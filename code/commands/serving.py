@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from commands.detailed import TokenTimes
+from commands.progress import Progress
 from commands.step_log import StepLog
 from config import EngineConfig
 from gpu_memory import MemoryPlan, lookup
@@ -37,10 +38,19 @@ class Engine:
     plan: MemoryPlan
     clock: object
     slos_ms: dict       # --goodput targets, ms; {} when not given
+    show_progress: bool = False  # a progress line on stderr for long runs (progress.py)
 
     def serve(self, workload, mode, observers=()) -> RunRecorder:
-        return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks, self.clock,
-                             observers)
+        if not self.show_progress:
+            return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks,
+                                 self.clock, observers)
+        num_requests = workload.params.get("num_requests") or workload.params.get("num_prompts")
+        progress = Progress(mode.name, num_requests)
+        try:
+            return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks,
+                                 self.clock, observers, progress)
+        finally:
+            progress.clear()
 
     def title_lines(self, workload) -> list[str]:
         """The report header: model, GPU, clock, KV cache, workload."""
