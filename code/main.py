@@ -9,6 +9,7 @@ on the virtual clock, advance the clock, apply the step. Then read, one lesson c
 
     request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py  config.py
     forward_model.py  gpu_memory.py  presets.py  workload.py  arrivals.py  metrics.py  goodput.py
+    running_decodes.py (speed only: the bookkeeping that lets a step cost what changes in it)
 
 The shell around the engine (commands, reports, trace formats) lives in code/commands,
 code/reports and code/traces; README.md lists every file in reading order.
