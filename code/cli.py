@@ -6,6 +6,7 @@ valid, and exit status 2; nothing is written before every input has been checked
 """
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -14,6 +15,7 @@ from dataclasses import fields
 import lesson_check
 import report
 import views
+from commands import calibration
 from config import ConfigError, EngineConfig
 from forward_model import make_clock
 from goodput import parse_goodput
@@ -97,6 +99,14 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
                     "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
                     "limit that decides it (memory capacity, bandwidth floor, compute peak).")
     check.set_defaults(command=run_lesson_check)
+    calibrate = commands.add_parser(
+        "calibration", help="the virtual clock against published measurements",
+        description="Replay published measurements of vLLM, NIM and TensorRT-LLM on real GPUs and "
+                    "print, per row: the published figure, servesim's under the same model, GPU "
+                    "and workload (units in the unit column), ratio = servesim / published and "
+                    "|ln ratio|; per group the median and worst |ln ratio| against the goal.")
+    calibrate.add_argument("--format", choices=["table", "json"], default="table")
+    calibrate.set_defaults(command=run_calibration)
     return parser
 
 
@@ -351,6 +361,15 @@ def run_presets(args: argparse.Namespace, simulate) -> int:
 def run_lesson_check(args: argparse.Namespace, simulate) -> int:
     checker = lesson_check.LessonCheck(simulate)
     print("\n".join(lesson_check.report_lines(checker.checks())))
+    return 0
+
+
+def run_calibration(args: argparse.Namespace, simulate) -> int:
+    results = [(group, calibration.compare_group(group, simulate)) for group in calibration.GROUPS]
+    if args.format == "json":
+        print(json.dumps(calibration.to_json(results), indent=2))
+    else:
+        print("\n".join(calibration.report_lines(results)))
     return 0
 
 

@@ -91,7 +91,16 @@ def test_a_bad_trace_line_leaves_no_step_log_behind(tmp_path):
     assert os.listdir(tmp_path) == ["t.csv"]
 
 
-@pytest.mark.parametrize("command", ["compare", "run", "sweep", "presets", "lesson-check"])
+@pytest.mark.parametrize("command", ["compare", "run", "sweep", "presets", "lesson-check",
+                                     "calibration"])
 def test_every_command_explains_itself(command):
     result = servesim(command, "--help")
     assert result.returncode == 0 and "%%" not in result.stdout
+
+
+def test_presets_names_the_source_of_every_preset():
+    from presets import GPUS, MODELS
+    text = servesim("presets").stdout
+    sources = text.split("\nSources\n")[1]
+    for key, preset in [*GPUS.items(), *MODELS.items()]:
+        assert preset.source and f"\n{key}: " in "\n" + sources, key
