@@ -45,12 +45,13 @@ from presets import DTYPE_BYTES
 # H100's cuBLASLt FP8 GEMM of 8192^3 reaches about 81% of the dense FP8 peak (public cross-check
 # report "cuBLASLt FP8 GEMM Cross-Check", 2026-05-24, eight GPUs); a serving step's GEMMs are
 # smaller and per-tensor scaled, and the card throttles its clock under FP8's power draw. Fixed
-# by long prefills, where the GEMMs decide: 16-bit by TensorRT-LLM's 2,048-token first-token
-# latencies on an A100 (Llama-2-7B 132.4 ms, Mistral-7B 139.6 ms: 70-72% of 312 TFLOP/s); FP8
-# by the same tables on H100 and H200 (Llama-2-7B 30.8 and 30.2 ms, Llama-2-70B 4 x H200
-# 103.0 ms) and NIM's 5,000-token TTFT (406.8 ms on 2 x H100): 55% of the FP8 peak, about 1.5x
-# the 16-bit rate rather than 2x.
-COMPUTE_EFFICIENCY = {"bf16": 0.70, "fp16": 0.70, "fp8": 0.55}
+# by long prefills, where the GEMMs decide. 16-bit: the 2,048-token first-token latencies on an
+# A100 in TensorRT-LLM's docs/source/performance.md (v0.9.0 low-latency tables: Llama-2-7B
+# 132.4 ms, Mistral-7B 139.6 ms), about 70% of 312 TFLOP/s. FP8: the same tables on H100 and
+# H200 (Llama-2-7B 30.8 and 30.2 ms, Llama-2-70B on 4 x H200 103.0 ms) and NIM's 5,000-token
+# TTFT (406.8 ms on 2 x H100): 55% of the FP8 peak, about 1.6x the 16-bit rate rather than 2x.
+COMPUTE_EFFICIENCY_16BIT = 0.70  # BF16 and FP16
+COMPUTE_EFFICIENCY_FP8 = 0.55
 # Copy and STREAM-triad kernels sustain 90-92% of an H100's 3.35 TB/s; so does decode's weight
 # streaming: measured H100 -> H200 decode speed-ups (vLLM, Llama-3-8B 997.5 -> 833.4 ms,
 # Llama-3-70B TP4 2,444 -> 2,078 ms) leave no room for a lower share once the fixed costs are in.
@@ -73,7 +74,7 @@ STEP_FIXED_S = 1.2e-3
 # Tensor parallelism: two all-reduces of the hidden states per layer (after attention and after
 # the MLP). A small message is latency-bound: log2(tp) rounds of exchange, each about 12 us of
 # synchronisation across NVLink (fixed by TensorRT-LLM's 128-token latencies of Llama-2-70B on
-# 4 and 8 GPUs). A large one is bandwidth-bound: a ring moves 2 (tp-1)/tp of the message through
+# 4 and 8 GPUs, v0.8.0 and v0.9.0 tables: 16.0-19.6 ms on Hopper, 35.6-45.6 ms on A100). A large one is bandwidth-bound: a ring moves 2 (tp-1)/tp of the message through
 # each GPU's link, and all-reduce kernels reach about two thirds of the link's per-direction
 # peak on the tens of MB a long prefill sends (fixed by the 2,048-token latencies on 8 x H100,
 # 4 x H200 and 8 x A100, and NIM's 5,000-token TTFT on 2 x H100).
@@ -112,9 +113,9 @@ class RooflineClock:
         # FP8 weights on a GPU without FP8 tensor cores are upcast and multiplied at the 16-bit
         # rate (vLLM's Marlin kernels); the LM head and attention run in 16-bit.
         fp8_linear = model.weight_dtype == "fp8" and gpu.fp8_tflops is not None
-        linear_flops_per_s = (gpu.fp8_tflops * 1e12 * COMPUTE_EFFICIENCY["fp8"] if fp8_linear
-                              else gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY["bf16"])
-        bf16_flops_per_s = gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY["bf16"]
+        bf16_flops_per_s = gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY_16BIT
+        linear_flops_per_s = (gpu.fp8_tflops * 1e12 * COMPUTE_EFFICIENCY_FP8 if fp8_linear
+                              else bf16_flops_per_s)
         self.gemm_s_per_token = 2 * self.linear_params / linear_flops_per_s
         self.lm_head_s_per_seq = 2 * self.lm_head_params / bf16_flops_per_s  # last token only
         self.attention_s_per_pair = (4 * model.num_layers * model.num_heads * model.head_dim / tp
@@ -123,6 +124,8 @@ class RooflineClock:
         ring_bytes_per_token = model.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
         self.all_reduce_s_per_token = (num_all_reduces * ring_bytes_per_token
                                        / (gpu.interconnect_gbs * 1e9 * LINK_EFFICIENCY))
+        # What every step pays, whatever it carries: per-layer and per-step work, and the
+        # latency of its all-reduces.
         self.fixed_s = (model.num_layers * LAYER_FIXED_S + STEP_FIXED_S
                         + num_all_reduces * ALL_REDUCE_ROUND_S * math.log2(tp))
 
