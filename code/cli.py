@@ -97,7 +97,8 @@ def build_parser(knobs: dict) -> argparse.ArgumentParser:
         description="For each number the lesson asks you to remember: the claim, what servesim "
                     "computes or simulates under the lesson's setup (Llama-3.3-70B FP8 on one "
                     "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
-                    "limit that decides it (memory capacity, bandwidth floor, compute peak).")
+                    "limit that decides it (memory capacity, bandwidth floor, compute peak, fixed "
+                    "costs).")
     check.set_defaults(command=run_lesson_check)
     calibrate = commands.add_parser(
         "calibration", help="the virtual clock against published measurements",

@@ -204,9 +204,9 @@ class LessonCheck:
 
 
 def unsplit_costs(config: EngineConfig) -> str:
-    """How much of a step that carries one 512-token chunk more GPUs would not take away."""
+    """How much of a step that carries one budget-sized chunk more GPUs would not take away."""
     clock = RooflineClock(config)
-    chunk_tokens = 512
+    chunk_tokens = config.token_budget(enable_chunked_prefill=True)
     step_s = prefill_seconds(config, chunk_tokens)
     unsplit_s = clock.fixed_s + chunk_tokens * clock.all_reduce_s_per_token
     return (f"a step with a {chunk_tokens}-token chunk takes {step_s * 1000:.0f} ms "
