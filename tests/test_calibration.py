@@ -8,6 +8,7 @@ import pytest
 from cli import build_parser, config_from_args, modes_from_args
 from commands import calibration
 from main import BLOCK_SIZE, MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, MODES as MODE_NAMES, simulate
+from modes import MODES
 from workload_flags import workload_from_args
 
 KNOBS = {"modes": MODE_NAMES, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
@@ -47,7 +48,7 @@ def test_a_group_outside_its_band_is_reported_as_not_meeting_its_goal():
     measurement = calibration.KV_CAPACITY.measurements[0]
     off = [calibration.Comparison(measurement, measurement.published * 1.2)]
     assert not calibration.meets_goal(calibration.KV_CAPACITY, off)
-    assert "NOT met" in calibration._verdict(calibration.KV_CAPACITY, off)
+    assert "NOT met" in "\n".join(calibration.report_lines([(calibration.KV_CAPACITY, off)]))
 
 
 @pytest.mark.parametrize("measurement", [m for group in calibration.GROUPS
@@ -57,7 +58,7 @@ def test_each_rows_run_flags_build_the_same_setup(measurement):
     args = build_parser(KNOBS).parse_args(["run", *measurement.flags().split()])
     config = config_from_args(args)
     assert config == measurement.config()
-    assert modes_from_args(args)[0].name == calibration.MODES[measurement.mode].name
+    assert modes_from_args(args)[0] is MODES[measurement.mode]
     from_flags, from_data = workload_from_args(args, config), measurement.make_workload()
     assert (from_flags.description, from_flags.params, from_flags.max_concurrency) == (
         from_data.description, from_data.params, from_data.max_concurrency)
