@@ -1,72 +1,133 @@
 """The virtual clock: how long one engine step takes, from the work in its batch.
 
 "Prefill is compute-bound, decode is memory-bound" is a statement about this function. One
-forward pass over a batch does two kinds of work, each bounded by the slower of its two limits
-(a roofline):
+forward pass over a batch does two kinds of work, each bounded by two limits (a roofline):
 
     GEMMs      FLOPs   2 x linear params x new tokens  (+ LM head for each sequence's last token)
                bytes   every weight, read once per step, however many tokens share it
     attention  FLOPs   4 x layers x heads x head_dim x (query, key) pairs, causal
                bytes   KV of every context token read, KV of every new token written
 
-    step time = max(GEMM FLOPs / compute, weight bytes / bandwidth)
-              + max(attention FLOPs / compute, KV bytes / bandwidth)
-              + all-reduce time (tensor parallelism) + a fixed per-step overhead
+and some work whose time does not depend on how many tokens the step carries:
+
+    step time = roofline(GEMM FLOPs / compute, weight bytes / bandwidth)
+              + roofline(attention FLOPs / compute, KV bytes / bandwidth)
+              + all-reduces (tensor parallelism: twice per layer)
+              + layers x a fixed cost per layer + a fixed cost per step
+
+    roofline(c, m) = (c^p + m^p)^(1/p),  p = ROOFLINE_SHARPNESS
+
+The ideal roofline is max(c, m) (p infinite): moving bytes and computing hide entirely behind
+each other. A step is a dozen kernels per layer, and inside each the two overlap only in part.
+The loss is largest at the ridge, where c and m are close (a 128-token prompt on a 7B model costs
+1.7 x max(c, m)), and fades as one of them dominates (a long prefill: c; a decode: m).
 
 A decode step of 64 requests reads the 70 GB of weights once, as a step of one does: it costs
 far less than 64 steps of one. A 2,000-token prefill does 2,000 tokens of GEMM FLOPs: far more
 than one decode step. Continuous batching wins because of that asymmetry.
 
-Left out: activations' memory traffic, kernel-launch detail, the attention kernel's own tiling,
-sampling, and speculative decoding. `LinearClock` is the lesson toy's clock, kept to show why its
-table came out upside down: it charges every decode token a fixed cost, as if a GPU had no weights
-to share.
+Every constant below is global: the same for every model and GPU, each fixed by the published
+measurements `python code/main.py calibration` replays (README: "How close is the clock?").
+Left out: activations' own memory traffic, the attention kernel's tiling, speculative decoding,
+CPU-side work that grows with the batch (Python scheduling, detokenization), HTTP and
+tokenization. `LinearClock` is the lesson toy's clock, kept to show why its table came out
+upside down: it charges every decode token a fixed cost, as if a GPU had no weights to share.
 """
+
+import math
 
 from batch import SchedulerOutput
 from config import EngineConfig
 from gpu_memory import lookup
 from presets import DTYPE_BYTES
 
-# Achievable fractions of the datasheet peaks. Measured ceilings on an H100 SXM: a cuBLASLt FP8
-# GEMM of 8192^3 reaches about 1,600-1,615 TFLOP/s, 81% of the dense peak (public cross-check
-# report "cuBLASLt FP8 GEMM Cross-Check", 2026-05-24, eight GPUs, 500 iterations); copy and STREAM
-# triad kernels sustain about 3.0-3.1 TB/s of HBM3, 90-92% of 3.35 TB/s. A serving step mixes
-# smaller GEMMs, attention and elementwise kernels, so servesim derates below those ceilings; the
-# engine as a whole is then checked against published serving throughput
-# (tests/test_calibration.py: within 2x of TensorRT-LLM on H100, H200 and 2 x H100).
-COMPUTE_EFFICIENCY = 0.70    # of the dense tensor-core peak, for large GEMMs
-BANDWIDTH_EFFICIENCY = 0.85  # of HBM bandwidth, for weight and KV streaming
-STEP_OVERHEAD_S = 0.001      # scheduling, input preparation, launch and sampling per step: with
-#                              it a one-sequence decode of Llama-3.1-8B on an H100 costs 6.3 ms
-ALL_REDUCE_LATENCY_S = 10e-6  # fixed cost of one all-reduce across the tensor-parallel group
-#                               (a small-message NVLink all-reduce takes microseconds)
+# Achievable fractions of the datasheet peaks, by the precision of the multiply. In isolation an
+# H100's cuBLASLt FP8 GEMM of 8192^3 reaches about 81% of the dense FP8 peak (public cross-check
+# report "cuBLASLt FP8 GEMM Cross-Check", 2026-05-24, eight GPUs); a serving step's GEMMs are
+# smaller and per-tensor scaled, and the card throttles its clock under FP8's power draw. Fixed
+# by long prefills, where the GEMMs decide. 16-bit: the 2,048-token first-token latencies on an
+# A100 in TensorRT-LLM's docs/source/performance.md (v0.9.0 low-latency tables: Llama-2-7B
+# 132.4 ms, Mistral-7B 139.6 ms), about 70% of 312 TFLOP/s. FP8: the same tables on H100 and
+# H200 (Llama-2-7B 30.8 and 30.2 ms, Llama-2-70B on 4 x H200 103.0 ms) and NIM's 5,000-token
+# TTFT (406.8 ms on 2 x H100): 55% of the FP8 peak, about 1.6x the 16-bit rate rather than 2x.
+COMPUTE_EFFICIENCY_16BIT = 0.70  # BF16 and FP16
+COMPUTE_EFFICIENCY_FP8 = 0.55
+# Copy and STREAM-triad kernels sustain 90-92% of an H100's 3.35 TB/s; so does decode's weight
+# streaming: measured H100 -> H200 decode speed-ups (vLLM, Llama-3-8B 997.5 -> 833.4 ms,
+# Llama-3-70B TP4 2,444 -> 2,078 ms) leave no room for a lower share once the fixed costs are in.
+BANDWIDTH_EFFICIENCY = 0.90
+# How sharp the roofline's corner is: p = 1 would add compute and memory time, p infinite would
+# take the larger. Fixed by short prompts, which sit near the ridge: TensorRT-LLM's 128-token
+# first-token latencies (Llama-2-7B on an A100 16.2 ms, where c and m are each about 7.5 ms;
+# Llama-2-70B FP8 on 4 x H100 19.6 ms) against their 2,048-token ones, where compute decides.
+# 1.15-1.3 fit those rows about equally; servesim takes the sharpest corner they allow.
+ROOFLINE_SHARPNESS = 1.3
+# Work in every layer whose time does not shrink with the batch or with tensor parallelism: two
+# RMSNorms, RoPE, the KV-cache write, the activation, residual adds, FP8 activation scaling, and
+# the launch gaps, ramp-up and tail of a dozen kernels, a few microseconds each. And per step:
+# sampling over the vocabulary, the hand-over of positions and block tables, the wait for the
+# sampled tokens. Fixed by small-batch decode (vLLM batch 8 on A100, H100, H200: 12.4, 7.8 and
+# 6.5 ms a step where the bytes alone take 8.2, 5.0 and 3.5 ms; NIM's ITL at one client: 18.6
+# ms where the bytes take 11.7) and by 128-token prompts on 7B (32 layers) and 70B (80 layers).
+LAYER_FIXED_S = 50e-6
+STEP_FIXED_S = 1.2e-3
+# Tensor parallelism: two all-reduces of the hidden states per layer (after attention and after
+# the MLP). A small message is latency-bound: log2(tp) rounds of exchange, each about 12 us of
+# synchronisation across NVLink (fixed by TensorRT-LLM's 128-token latencies of Llama-2-70B on
+# 4 and 8 GPUs, v0.8.0 and v0.9.0 tables: 16.0-19.6 ms on Hopper, 35.6-45.6 ms on A100). A large one is bandwidth-bound: a ring moves 2 (tp-1)/tp of the message through
+# each GPU's link, and all-reduce kernels reach about two thirds of the link's per-direction
+# peak on the tens of MB a long prefill sends (fixed by the 2,048-token latencies on 8 x H100,
+# 4 x H200 and 8 x A100, and NIM's 5,000-token TTFT on 2 x H100).
+ALL_REDUCE_ROUND_S = 12e-6
+LINK_EFFICIENCY = 0.65
 ACTIVATION_BYTES = 2          # activations travel between GPUs in BF16
 
 
+def roofline_s(compute_s: float, memory_s: float) -> float:
+    """Compute and memory time of the same kernels, combined: between max(c, m) and c + m.
+
+    Never below memory_s: no step beats its bytes at the derated bandwidth.
+    """
+    p = ROOFLINE_SHARPNESS
+    return (compute_s ** p + memory_s ** p) ** (1 / p)
+
+
 class RooflineClock:
-    """Step time of a batch on `config.gpu` running `config.model`, from FLOPs and bytes."""
+    """Step time of a batch on `config.gpu` running `config.model`, from FLOPs and bytes.
+
+    Everything that depends only on the model, the GPU and the tensor-parallel degree is
+    worked out once here, so that `price` is a handful of multiplications per step.
+    """
 
     def __init__(self, config: EngineConfig):
         model, gpu = lookup(config)
         tp = config.tensor_parallel_size
-        self.tensor_parallel_size = tp
-        weight_element_bytes = DTYPE_BYTES[model.weight_dtype]
         # Per GPU: tensor parallelism splits every matrix and every KV head group tp ways.
         self.linear_params = model.num_linear_params / tp
         self.lm_head_params = model.vocab_size * model.hidden_size / tp
-        self.weight_bytes_per_step = (self.linear_params * weight_element_bytes
+        self.weight_bytes_per_step = (self.linear_params * DTYPE_BYTES[model.weight_dtype]
                                       + self.lm_head_params * 2)
-        self.attention_flops_per_pair = 4 * model.num_layers * model.num_heads * model.head_dim / tp
-        self.kv_bytes_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) / tp
+        bytes_per_s = gpu.memory_bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY
+        self.weight_stream_s = self.weight_bytes_per_step / bytes_per_s
+        self.kv_s_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) / tp / bytes_per_s
+        # FP8 weights on a GPU without FP8 tensor cores are upcast and multiplied at the 16-bit
+        # rate (vLLM's Marlin kernels); the LM head and attention run in 16-bit.
         fp8_linear = model.weight_dtype == "fp8" and gpu.fp8_tflops is not None
-        linear_tflops = gpu.fp8_tflops if fp8_linear else gpu.bf16_tflops
-        self.linear_flops_per_s = linear_tflops * 1e12 * COMPUTE_EFFICIENCY
-        self.bf16_flops_per_s = gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY
-        self.bytes_per_s = gpu.memory_bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY
-        self.all_reduce_bytes_per_token = model.hidden_size * ACTIVATION_BYTES
-        self.all_reduces_per_step = 2 * model.num_layers  # after attention and after the MLP
-        self.link_bytes_per_s = gpu.interconnect_gbs * 1e9
+        bf16_flops_per_s = gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY_16BIT
+        linear_flops_per_s = (gpu.fp8_tflops * 1e12 * COMPUTE_EFFICIENCY_FP8 if fp8_linear
+                              else bf16_flops_per_s)
+        self.gemm_s_per_token = 2 * self.linear_params / linear_flops_per_s
+        self.lm_head_s_per_seq = 2 * self.lm_head_params / bf16_flops_per_s  # last token only
+        self.attention_s_per_pair = (4 * model.num_layers * model.num_heads * model.head_dim / tp
+                                     / bf16_flops_per_s)
+        num_all_reduces = 2 * model.num_layers if tp > 1 else 0
+        ring_bytes_per_token = model.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
+        self.all_reduce_s_per_token = (num_all_reduces * ring_bytes_per_token
+                                       / (gpu.interconnect_gbs * 1e9 * LINK_EFFICIENCY))
+        # What every step pays, whatever it carries: per-layer and per-step work, and the
+        # latency of its all-reduces.
+        self.fixed_s = (model.num_layers * LAYER_FIXED_S + STEP_FIXED_S
+                        + num_all_reduces * ALL_REDUCE_ROUND_S * math.log2(tp))
 
     def step_time_s(self, batch: SchedulerOutput) -> float:
         return self.price(batch.num_scheduled_tokens, batch.num_seqs, batch.num_attention_pairs,
@@ -79,22 +140,11 @@ class RooflineClock:
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
         """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences."""
-        gemm_flops = 2 * self.linear_params * num_tokens
-        lm_head_flops = 2 * self.lm_head_params * num_seqs  # logits only for the last token
-        gemm_s = max(gemm_flops / self.linear_flops_per_s + lm_head_flops / self.bf16_flops_per_s,
-                     self.weight_bytes_per_step / self.bytes_per_s)
-        kv_bytes = self.kv_bytes_per_token * (num_context_tokens + num_tokens)
-        attention_s = max(self.attention_flops_per_pair * num_pairs / self.bf16_flops_per_s,
-                          kv_bytes / self.bytes_per_s)
-        return gemm_s + attention_s + self.all_reduce_s(num_tokens) + STEP_OVERHEAD_S
-
-    def all_reduce_s(self, num_tokens: int) -> float:
-        """Ring all-reduce of the hidden states, twice per layer: 2 (tp-1)/tp of the bytes each."""
-        tp = self.tensor_parallel_size
-        if tp == 1:
-            return 0.0
-        payload = self.all_reduce_bytes_per_token * num_tokens * 2 * (tp - 1) / tp
-        return self.all_reduces_per_step * (ALL_REDUCE_LATENCY_S + payload / self.link_bytes_per_s)
+        gemm_s = roofline_s(num_tokens * self.gemm_s_per_token
+                            + num_seqs * self.lm_head_s_per_seq, self.weight_stream_s)
+        attention_s = roofline_s(num_pairs * self.attention_s_per_pair,
+                                 (num_context_tokens + num_tokens) * self.kv_s_per_token)
+        return gemm_s + attention_s + num_tokens * self.all_reduce_s_per_token + self.fixed_s
 
 
 class LinearClock:

@@ -24,6 +24,7 @@ class GpuSpec:
     fp8_tflops: Optional[float]  # dense FP8 peak; None: no FP8 tensor cores (FP8 weights are
     #                              upcast and multiplied at the BF16 rate, as vLLM's Marlin does)
     interconnect_gbs: float      # GPU-to-GPU bandwidth per direction, GB/s (tensor parallelism)
+    source: str                  # where the figures come from (`presets` prints it)
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ModelSpec:
     intermediate_size: int       # FFN width
     vocab_size: int
     weight_dtype: str            # "bf16", "fp16" or "fp8" (linear layers; embeddings stay 16-bit)
+    source: str                  # the config.json the shapes come from (`presets` prints it)
     num_mlp_matrices: int = 3    # 3: gated SwiGLU (gate, up, down); 2: plain fc1 -> fc2 (OPT)
     tied_embeddings: bool = False  # LM head shares the embedding matrix
     num_position_embeddings: int = 0  # learned absolute positions (OPT); 0 for rotary models
@@ -85,49 +87,122 @@ class ModelSpec:
         return self.num_layers * 2 * self.num_kv_heads * self.head_dim * element_bytes
 
 
-# NVIDIA datasheets: "NVIDIA H100 Tensor Core GPU" (SXM5: 3,958 TFLOPS FP8 and 1,979 BF16 with
-# sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s total = 450 GB/s per direction), "NVIDIA H200
-# Tensor Core GPU" (same Hopper compute, 141 GB HBM3e at 4.8 TB/s), "NVIDIA A100 Tensor Core GPU"
-# (312 BF16 dense, 80 GB HBM2e at 2,039 GB/s or 40 GB HBM2 at 1,555 GB/s, NVLink 600 GB/s total),
-# "NVIDIA L4 Tensor Core GPU" (485 FP8 / 242 BF16 with sparsity, 24 GB GDDR6 at 300 GB/s, PCIe
-# Gen4 x16 = 32 GB/s per direction). memory_gib: totals in torch's out-of-memory messages
-# ("GPU 0 has a total capacity of ... GiB") seen on those cards.
+# GPUs. Peaks from each vendor's datasheet, dense (the sparsity figures halved); memory_gib from
+# torch's out-of-memory messages ("GPU 0 has a total capacity of ... GiB") seen on those cards;
+# interconnect per direction (NVLink totals are quoted for both directions together).
 GPUS = {
-    "h100-sxm5": GpuSpec("NVIDIA H100 SXM5 80GB", memory_gib=79.19, memory_bandwidth_gbs=3350,
-                         bf16_tflops=989.4, fp8_tflops=1978.9, interconnect_gbs=450),
-    "h200": GpuSpec("NVIDIA H200 SXM 141GB", memory_gib=139.80, memory_bandwidth_gbs=4800,
-                    bf16_tflops=989.4, fp8_tflops=1978.9, interconnect_gbs=450),
-    "a100-80gb": GpuSpec("NVIDIA A100 SXM4 80GB", memory_gib=79.15, memory_bandwidth_gbs=2039,
-                         bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=300),
-    "a100-40gb": GpuSpec("NVIDIA A100 SXM4 40GB", memory_gib=39.39, memory_bandwidth_gbs=1555,
-                         bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=300),
-    "l4": GpuSpec("NVIDIA L4 24GB", memory_gib=22.03, memory_bandwidth_gbs=300,
-                  bf16_tflops=121.0, fp8_tflops=242.5, interconnect_gbs=32),
+    "h100-sxm5": GpuSpec(
+        "NVIDIA H100 SXM5 80GB", memory_gib=79.19, memory_bandwidth_gbs=3350, bf16_tflops=989.4,
+        fp8_tflops=1978.9, interconnect_gbs=450,
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3,958 FP8 / 1,979 BF16 TFLOPS with "
+               "sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s"),
+    "h200": GpuSpec(
+        "NVIDIA H200 SXM 141GB", memory_gib=139.80, memory_bandwidth_gbs=4800, bf16_tflops=989.4,
+        fp8_tflops=1978.9, interconnect_gbs=450,
+        source="NVIDIA H200 Tensor Core GPU datasheet: H100's compute, 141 GB HBM3e at 4.8 TB/s, "
+               "NVLink 900 GB/s"),
+    "b200": GpuSpec(
+        "NVIDIA B200 180GB", memory_gib=178.35, memory_bandwidth_gbs=8000, bf16_tflops=2250.0,
+        fp8_tflops=4500.0, interconnect_gbs=900,
+        source="NVIDIA DGX/HGX B200 datasheets, per GPU: 72 PFLOPS FP8 with sparsity per 8 GPUs, "
+               "1,440 GB HBM3e and 64 TB/s per 8 GPUs, NVLink 5 1.8 TB/s; the per-GPU split and "
+               "clocks vary between B200 SKUs (uncertain to ~10%)"),
+    "mi300x": GpuSpec(
+        "AMD Instinct MI300X 192GB", memory_gib=191.98, memory_bandwidth_gbs=5300,
+        bf16_tflops=1307.4, fp8_tflops=2614.9, interconnect_gbs=448,
+        source="AMD Instinct MI300X datasheet: 1,307.4 BF16 / 2,614.9 FP8 TFLOPS dense, 192 GB HBM3 "
+               "at 5.3 TB/s, Infinity Fabric 7 links x 64 GB/s per direction (all peers together; "
+               "one peer gets 1/7 of it, so a ring all-reduce is slower: uncertain)"),
+    "a100-80gb": GpuSpec(
+        "NVIDIA A100 SXM4 80GB", memory_gib=79.15, memory_bandwidth_gbs=2039, bf16_tflops=312.0,
+        fp8_tflops=None, interconnect_gbs=300,
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): 312 BF16 TFLOPS dense, 80 GB "
+               "HBM2e at 2,039 GB/s, NVLink 600 GB/s"),
+    "a100-80gb-pcie": GpuSpec(
+        "NVIDIA A100 PCIe 80GB", memory_gib=79.15, memory_bandwidth_gbs=1935, bf16_tflops=312.0,
+        fp8_tflops=None, interconnect_gbs=32,
+        source="NVIDIA A100 Tensor Core GPU datasheet (PCIe 80GB): 312 BF16 TFLOPS dense at 300 W "
+               "(it throttles sooner than the SXM4), 1,935 GB/s, PCIe Gen4 x16 64 GB/s both ways "
+               "(an NVLink bridge pairs two cards at 600 GB/s); memory as the SXM4 card's"),
+    "a100-40gb": GpuSpec(
+        "NVIDIA A100 SXM4 40GB", memory_gib=39.39, memory_bandwidth_gbs=1555, bf16_tflops=312.0,
+        fp8_tflops=None, interconnect_gbs=300,
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB): 312 BF16 TFLOPS dense, 40 GB "
+               "HBM2 at 1,555 GB/s, NVLink 600 GB/s"),
+    "h20": GpuSpec(
+        "NVIDIA H20 96GB", memory_gib=95.00, memory_bandwidth_gbs=4000, bf16_tflops=148.0,
+        fp8_tflops=296.0, interconnect_gbs=450,
+        source="NVIDIA H20 product brief as reported by the press (no public datasheet: "
+               "uncertain): 296 FP8 / 148 BF16 TFLOPS dense, 96 GB HBM3 at 4.0 TB/s, NVLink "
+               "900 GB/s; memory_gib from a torch message on an H20 96G"),
+    "l4": GpuSpec(
+        "NVIDIA L4 24GB", memory_gib=22.03, memory_bandwidth_gbs=300, bf16_tflops=121.0,
+        fp8_tflops=242.5, interconnect_gbs=32,
+        source="NVIDIA L4 Tensor Core GPU datasheet: 485 FP8 / 242 BF16 TFLOPS with sparsity, 24 "
+               "GB GDDR6 at 300 GB/s, PCIe Gen4 x16 64 GB/s both ways"),
 }
 
-# Models: the `config.json` of each checkpoint on Hugging Face (num_hidden_layers, hidden_size,
-# num_attention_heads, num_key_value_heads, head_dim = hidden/heads, intermediate_size,
-# vocab_size, tie_word_embeddings). The FP8 70B is the same architecture quantized as in
-# RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic: linear layers FP8, embeddings and LM head BF16.
+# Models: each checkpoint's `config.json` on Hugging Face (num_hidden_layers, hidden_size,
+# num_attention_heads, num_key_value_heads, head_dim = hidden / heads unless the config says
+# otherwise, intermediate_size, vocab_size, tie_word_embeddings). An FP8 preset is the same
+# architecture with its linear layers in FP8 and the embeddings and LM head in 16-bit, as in the
+# RedHatAI (Neural Magic) "-FP8" checkpoints and TensorRT-LLM's FP8 engines.
 _LLAMA_3_70B = dict(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, head_dim=128,
                     intermediate_size=28672, vocab_size=128256)
+_LLAMA_3_70B_SOURCE = "config.json of meta-llama/Llama-3.3-70B-Instruct"
+_LLAMA_3_8B = dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
+                   intermediate_size=14336, vocab_size=128256)
+_LLAMA_3_8B_SOURCE = "config.json of meta-llama/Llama-3.1-8B-Instruct"
+# Llama 2 70B: Llama 3 70B's layers with Llama 2's 32,000-token vocabulary.
+_LLAMA_2_70B = dict(_LLAMA_3_70B, vocab_size=32000)
+_LLAMA_2_70B_SOURCE = "config.json of meta-llama/Llama-2-70b-hf"
 MODELS = {
     "llama-3.3-70b": ModelSpec("meta-llama/Llama-3.3-70B-Instruct", weight_dtype="bf16",
-                               **_LLAMA_3_70B),
+                               source=_LLAMA_3_70B_SOURCE, **_LLAMA_3_70B),
     "llama-3.3-70b-fp8": ModelSpec("Llama-3.3-70B-Instruct FP8", weight_dtype="fp8",
+                                   source=_LLAMA_3_70B_SOURCE + "; FP8 linear layers as in "
+                                          "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic",
                                    **_LLAMA_3_70B),
-    "llama-3.1-8b": ModelSpec("meta-llama/Llama-3.1-8B-Instruct", num_layers=32, hidden_size=4096,
-                              num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
-                              vocab_size=128256, weight_dtype="bf16"),
+    "llama-3.1-405b-fp8": ModelSpec(
+        "Llama-3.1-405B-Instruct FP8", num_layers=126, hidden_size=16384, num_heads=128,
+        num_kv_heads=8, head_dim=128, intermediate_size=53248, vocab_size=128256,
+        weight_dtype="fp8",
+        source="config.json of meta-llama/Llama-3.1-405B-Instruct; every linear layer FP8 as in "
+               "neuralmagic/Meta-Llama-3.1-405B-Instruct-FP8-dynamic (Meta's own -FP8 leaves "
+               "attention in BF16: about 20% more weight bytes)"),
+    "llama-3.1-8b": ModelSpec("meta-llama/Llama-3.1-8B-Instruct", weight_dtype="bf16",
+                              source=_LLAMA_3_8B_SOURCE, **_LLAMA_3_8B),
+    "llama-3.1-8b-fp8": ModelSpec("Llama-3.1-8B-Instruct FP8", weight_dtype="fp8",
+                                  source=_LLAMA_3_8B_SOURCE + "; FP8 linear layers as in "
+                                         "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8",
+                                  **_LLAMA_3_8B),
+    # A draft model for speculative decoding of the Llama 3 family: the same tokenizer.
+    "llama-3.2-1b": ModelSpec("meta-llama/Llama-3.2-1B-Instruct", num_layers=16, hidden_size=2048,
+                              num_heads=32, num_kv_heads=8, head_dim=64, intermediate_size=8192,
+                              vocab_size=128256, weight_dtype="bf16", tied_embeddings=True,
+                              source="config.json of meta-llama/Llama-3.2-1B-Instruct"),
     "llama-2-7b": ModelSpec("meta-llama/Llama-2-7b-hf", num_layers=32, hidden_size=4096,
                             num_heads=32, num_kv_heads=32, head_dim=128, intermediate_size=11008,
-                            vocab_size=32000, weight_dtype="fp16"),
+                            vocab_size=32000, weight_dtype="fp16",
+                            source="config.json of meta-llama/Llama-2-7b-hf"),
+    "llama-2-70b": ModelSpec("meta-llama/Llama-2-70b-hf", weight_dtype="fp16",
+                             source=_LLAMA_2_70B_SOURCE, **_LLAMA_2_70B),
+    "llama-2-70b-fp8": ModelSpec("Llama-2-70B FP8", weight_dtype="fp8",
+                                 source=_LLAMA_2_70B_SOURCE + "; FP8 linear layers as in "
+                                        "TensorRT-LLM's FP8 engines", **_LLAMA_2_70B),
+    # Mistral's sliding window (4,096 tokens) is left out: every token attends to all before it.
+    "mistral-7b": ModelSpec("mistralai/Mistral-7B-v0.1", num_layers=32, hidden_size=4096,
+                            num_heads=32, num_kv_heads=8, head_dim=128, intermediate_size=14336,
+                            vocab_size=32000, weight_dtype="bf16",
+                            source="config.json of mistralai/Mistral-7B-v0.1"),
     "qwen2.5-7b": ModelSpec("Qwen/Qwen2.5-7B-Instruct", num_layers=28, hidden_size=3584,
                             num_heads=28, num_kv_heads=4, head_dim=128, intermediate_size=18944,
-                            vocab_size=152064, weight_dtype="bf16", attention_bias=True),
+                            vocab_size=152064, weight_dtype="bf16", attention_bias=True,
+                            source="config.json of Qwen/Qwen2.5-7B-Instruct"),
     # The PagedAttention paper's model (Kwon et al., SOSP 2023, arXiv:2309.06180).
     "opt-13b": ModelSpec("facebook/opt-13b", num_layers=40, hidden_size=5120, num_heads=40,
                          num_kv_heads=40, head_dim=128, intermediate_size=20480, vocab_size=50272,
                          weight_dtype="fp16", num_mlp_matrices=2, tied_embeddings=True,
-                         num_position_embeddings=2050, attention_bias=True),
+                         num_position_embeddings=2050, attention_bias=True,
+                         source="config.json of facebook/opt-13b"),
 }

@@ -86,7 +86,8 @@ def test_a_bad_trace_line_leaves_no_step_log_behind(tmp_path):
     assert os.listdir(tmp_path) == ["t.csv"]
 
 
-@pytest.mark.parametrize("command", ["compare", "run", "sweep", "presets", "lesson-check"])
+@pytest.mark.parametrize("command", ["compare", "run", "sweep", "presets", "lesson-check",
+                                     "calibration"])
 def test_every_command_explains_itself(command):
     result = servesim(command, "--help")
     assert result.returncode == 0 and "%%" not in result.stdout
@@ -112,3 +113,11 @@ def test_a_long_runs_progress_line_is_rewritten_in_place_and_wiped_at_the_end():
 def test_no_progress_line_unless_stderr_is_a_terminal():
     result = servesim(*SMALL)  # stderr is a pipe here
     assert result.returncode == 0 and result.stderr == ""
+
+
+def test_presets_names_the_source_of_every_preset():
+    from presets import GPUS, MODELS
+    text = servesim("presets").stdout
+    sources = text.split("\nSources\n")[1]
+    for key, preset in [*GPUS.items(), *MODELS.items()]:
+        assert preset.source and f"\n{key}: " in "\n" + sources, key

@@ -5,6 +5,7 @@
     sweep         rising load in each mode: the latency-throughput curve          sweep.py
     lesson-check  the lesson's numbers against physics and simulation             lesson_check.py
     presets       the GPU and model presets                                       presets.py
+    calibration   the virtual clock against published measurements                calibration.py
 
 Each command module adds its own subcommand (`add_parser`) and returns the text to print; this
 file is the one place that talks to the terminal. A bad value gets one line on stderr naming it
@@ -17,11 +18,11 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from commands import compare, lesson_check, presets, run, sweep
+from commands import calibration, compare, lesson_check, presets, run, sweep
 from config import ConfigError, Knobs
 from workload import WorkloadError
 
-COMMANDS = (compare, run, sweep, lesson_check, presets)
+COMMANDS = (compare, run, sweep, lesson_check, presets, calibration)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ where it would hold, and gives a verdict with the one limit that decides it:
     memory capacity   the weights leave too little HBM for the KV cache the claim needs
     bandwidth floor   a decode step must stream every weight byte once: bytes / bandwidth
     compute peak      a prefill must do 2 x params x tokens FLOPs: FLOPs / peak
+    fixed costs       per-layer work and all-reduces that more GPUs do not split
 
 Every figure printed comes from `presets.py`, `gpu_memory.py`, `forward_model.py` or a run of the
 engine; nothing here is typed in except the claims themselves.
@@ -120,15 +121,23 @@ class LessonCheck:
             f"{result['mean_batch_size']:.0f} sequences per step, "
             f"{result['output_throughput']:,.0f} output tok/s")
         h200 = ELSEWHERE[0]  # the same Hopper compute with room for the KV
-        there = self.run(h200, "chunked", "closed")
-        check.findings.append(f"{hardware_name(h200)}: {there['mean_batch_size']:.0f} sequences "
-                              f"per step, {there['output_throughput']:,.0f} output tok/s")
-        elsewhere = ("holds on " if in_band(there["output_throughput"], 2200, 2400)
-                     else "servesim finds a different figure on ") + hardware_name(h200)
+        check.findings.append(self._closed_loop_finding(h200))
+        holds = next((c for c in ELSEWHERE
+                      if in_band(self.run(c, "chunked", "closed")["output_throughput"], 2200, 2400)),
+                     None)
+        if holds is not None and holds is not h200:
+            check.findings.append(self._closed_loop_finding(holds))
+        elsewhere = (f"holds on {hardware_name(holds)}" if holds is not None
+                     else f"not even on {hardware_name(ELSEWHERE[-1])}")
         check.verdict = (f"cannot hold on one H100 (memory capacity): 128 x 1,500 tokens need "
                          f"{needed / GIB:.1f} GiB of KV even in FP8, {plan.kv_cache_bytes / GIB:.1f} "
                          f"GiB is left after the weights; {elsewhere}")
         return check
+
+    def _closed_loop_finding(self, config: EngineConfig) -> str:
+        result = self.run(config, "chunked", "closed")
+        return (f"{hardware_name(config)}: {result['mean_batch_size']:.0f} sequences per step, "
+                f"{result['output_throughput']:,.0f} output tok/s")
 
     def throughput_unchunked(self) -> Check:
         check = Check("same, vLLM default without chunked prefill: about 1,800 tok/s "
@@ -182,20 +191,30 @@ class LessonCheck:
         whole = self.run(mixed_h100, "continuous", "mixed")["p99_itl_ms"]
         check.findings.append(f"one H100 (utilization 0.95, FP8 KV), the default mixed workload: "
                               f"{chunked:,.0f} ms chunked, {whole:,.0f} ms unchunked")
-        holds = None
-        for config in ELSEWHERE:
-            result = self.run(config, "chunked", "mixed")["p99_itl_ms"]
-            if in_band(result, 0, 15):
-                holds = (config, result)
-                break
-        if holds:
-            whole_there = self.run(holds[0], "continuous", "mixed")["p99_itl_ms"]
-            check.findings.append(f"{hardware_name(holds[0])}: {holds[1]:,.1f} ms chunked, "
-                                  f"{whole_there:,.0f} ms unchunked")
+        holds = next((c for c in ELSEWHERE
+                      if in_band(self.run(c, "chunked", "mixed")["p99_itl_ms"], 0, 15)), None)
+        shown = holds or ELSEWHERE[-1]
+        check.findings.append(f"{hardware_name(shown)}: "
+                              f"{self.run(shown, 'chunked', 'mixed')['p99_itl_ms']:,.1f} ms chunked, "
+                              f"{self.run(shown, 'continuous', 'mixed')['p99_itl_ms']:,.0f} ms "
+                              "unchunked")
         check.verdict = (f"cannot hold on one H100 (bandwidth floor): every decode step streams "
-                         f"the weights, {floor * 1000:.1f} ms at full bandwidth"
-                         + (f"; holds on {hardware_name(holds[0])}" if holds else ""))
+                         f"the weights, {floor * 1000:.1f} ms at full bandwidth; "
+                         + (f"holds on {hardware_name(holds)}" if holds else
+                            f"not even on {hardware_name(shown)} (fixed costs): "
+                            + unsplit_costs(shown)))
         return check
+
+
+def unsplit_costs(config: EngineConfig) -> str:
+    """How much of a step that carries one budget-sized chunk more GPUs would not take away."""
+    clock = RooflineClock(config)
+    chunk_tokens = config.token_budget(enable_chunked_prefill=True)
+    step_s = prefill_seconds(config, chunk_tokens)
+    unsplit_s = clock.fixed_s + chunk_tokens * clock.all_reduce_s_per_token
+    return (f"a step with a {chunk_tokens}-token chunk takes {step_s * 1000:.0f} ms "
+            f"there, {unsplit_s * 1000:.0f} ms of it per-layer fixed costs and all-reduces, which "
+            "more GPUs do not split")
 
 
 def in_band(value: float, low: float, high: float) -> bool:
@@ -251,7 +270,8 @@ def add_parser(subparsers, knobs: Knobs) -> None:
         description="For each number the lesson asks you to remember: the claim, what servesim "
                     "computes or simulates under the lesson's setup (Llama-3.3-70B FP8 on one "
                     "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
-                    "limit that decides it (memory capacity, bandwidth floor, compute peak).")
+                    "limit that decides it (memory capacity, bandwidth floor, compute peak, fixed "
+                    "costs).")
     parser.set_defaults(command=run_lesson_check)
 
 

@@ -1,5 +1,7 @@
 """`presets`: the GPU and model presets (presets.py), with the figures derived from them."""
 
+import textwrap
+
 from presets import GPUS, MODELS
 
 
@@ -35,6 +37,10 @@ def presets_tables() -> list[str]:
                      model.weight_dtype, f"{model.weight_bytes / gib:.2f}",
                      f"{model.kv_bytes_per_token('auto'):,}", f"{model.kv_bytes_per_token('fp8'):,}"))
     lines += _aligned(rows, num_text_columns=1)
+    lines += ["", "Sources"]
+    for key, preset in [*GPUS.items(), *MODELS.items()]:
+        lines.append(textwrap.fill(f"{key}: {preset.source}", width=100, subsequent_indent="    ",
+                                   break_on_hyphens=False))
     return lines
 
 
