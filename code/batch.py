@@ -33,6 +33,15 @@ class ScheduledRequest:
         return self.num_new_tokens == 1 and self.num_context_tokens >= self.request.prompt_len
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixLookup:
+    """A request admitted with prefix caching on: what it looked up and found (vLLM's stats)."""
+    request_id: str
+    num_tokens: int         # its sequence when admitted: the tokens looked up
+    num_cached_tokens: int  # found in the cache, so not computed again
+    resumed: bool           # back from a preemption: vLLM counts these apart from new requests
+
+
 @dataclass(slots=True)
 class SchedulerOutput:
     """One step's batch, and the sums the virtual clock prices it by.
@@ -49,6 +58,7 @@ class SchedulerOutput:
     num_attention_pairs: int = 0   # (query, key) pairs of causal attention, summed
     num_decode_tokens: int = 0     # new tokens that were decodes (the rest are prompt tokens)
     num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch
+    prefix_lookups: list[PrefixLookup] = field(default_factory=list)  # admitted, caching on
 
     @property
     def is_empty(self) -> bool:

@@ -39,6 +39,8 @@ class EngineConfig:
     # -- PagedAttention --
     block_size: int = 16                # tokens per KV block
     num_gpu_blocks_override: Optional[int] = None  # usable KV blocks, instead of computing them
+    enable_prefix_caching: bool = True  # full blocks found by their tokens' hash are reused
+    #                                     (vLLM V1's default; the continuous modes only)
     max_model_len: int = 8192           # prompt + output cap per request. vLLM defaults to the
     #                                     model's context (131,072 for Llama 3.3); 8192 is the
     #                                     lesson's per-request reservation

@@ -20,9 +20,26 @@ limits how many requests fit.
 
 Both count the slots they have reserved and the slots actually filled with real tokens, so KV
 waste is a measured number: (reserved - used) / reserved.
+
+Prefix caching (vLLM V1's automatic prefix caching, on by default) is where the blocks pay twice.
+A full block is known by a hash of its tokens chained over every earlier block, so two requests
+whose prompts start alike have equal hashes for their common full blocks. A request admitted
+with nothing computed (new, or back from preemption) looks its blocks up, front to back, and
+stops at the first miss: the blocks it finds are shared (block_pool.py counts references) and
+not computed again. At most (num_tokens - 1) // block_size blocks hit, because the model must
+compute at least the last token to sample the next. A block is registered the moment it is
+scheduled full, so a request admitted later in the same step already finds it. Tokens that
+nobody can share (a prompt without known tokens, outputs nobody knows in advance) get hashes of
+their own: only the request itself finds them, after a preemption. vLLM hashes with SHA-256;
+servesim with Python's hash of integer tuples, the same in every run.
 """
 
-from collections import deque
+from typing import Optional
+
+from block_pool import BlockPool
+from request import Request
+
+OWN_CONTENT = 2  # in a hash key: tokens only one request has (the request's own content id)
 
 
 def num_blocks_for(num_tokens: int, block_size: int) -> int:
@@ -30,34 +47,17 @@ def num_blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
-class BlockPool:
-    """The physical blocks: ids 0 .. num_blocks-1 and a free list of the ones nobody holds."""
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
-        self.free_block_ids = deque(range(num_blocks))
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self.free_block_ids)
-
-    def take(self, count: int) -> list[int]:
-        """The `count` blocks at the front of the free list (the caller checked there are)."""
-        take = self.free_block_ids.popleft
-        return [take() for _ in range(count)]
-
-    def give_back(self, block_ids: list[int]) -> None:
-        self.free_block_ids.extend(block_ids)
-
-
 class PagedKVCache:
-    """Per-request block tables over one BlockPool (vLLM's KVCacheManager, prefix caching off)."""
+    """Per-request block tables over one BlockPool (vLLM's KVCacheManager)."""
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False):
         self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks)
         self.block_tables: dict[str, list[int]] = {}
-        self.num_used_slots = 0  # real tokens held, summed over requests
+        self.num_empty_slots = 0  # in held blocks, slots holding no token (the requests' tails)
+        self._num_registered: dict[str, int] = {}  # request id -> its leading blocks cached so far
+        self._num_own_contents = 0  # content ids handed out to requests whose tokens are their own
 
     @property
     def num_total_slots(self) -> int:
@@ -68,44 +68,134 @@ class PagedKVCache:
         return (self.pool.num_blocks - self.pool.num_free_blocks) * self.block_size
 
     @property
+    def num_used_slots(self) -> int:
+        """Real tokens held: a block two requests share counts once."""
+        return self.num_reserved_slots - self.num_empty_slots
+
+    @property
     def num_free_blocks(self) -> int:
-        return len(self.pool.free_block_ids)
+        return self.pool.num_free_blocks
 
     def num_new_blocks_needed(self, request_id: str, num_total_tokens: int) -> int:
         """Blocks to add so that the request can hold `num_total_tokens` tokens."""
         num_held = len(self.block_tables.get(request_id, ()))
         return max(0, num_blocks_for(num_total_tokens, self.block_size) - num_held)
 
-    def can_fit(self, request_id: str, num_total_tokens: int) -> bool:
-        return self.num_new_blocks_needed(request_id, num_total_tokens) <= self.num_free_blocks
+    def can_fit(self, request_id: str, num_total_tokens: int, cached_blocks=()) -> bool:
+        """Could the request hold `num_total_tokens` tokens, given the cached blocks it found?
+        A cached block that is free still leaves the free queue when taken: it counts."""
+        num_needed = self.num_new_blocks_needed(request_id, num_total_tokens) - len(cached_blocks)
+        num_needed += sum(1 for block_id in cached_blocks if self.pool.is_free(block_id))
+        return num_needed <= self.num_free_blocks
 
-    def allocate_slots(self, request_id: str, num_computed: int, num_new_tokens: int) -> bool:
+    def allocate_slots(self, request: Request, num_computed: int, num_new_tokens: int) -> bool:
         """Make room for `num_new_tokens` after `num_computed`; False (nothing taken) if full."""
+        request_id = request.request_id
         num_new_blocks = self.num_new_blocks_needed(request_id, num_computed + num_new_tokens)
-        if num_new_blocks > len(self.pool.free_block_ids):
+        if num_new_blocks > self.pool.num_free_blocks:
             return False
         if num_new_blocks:  # the tokens cross into blocks the request does not hold yet
             self.block_tables.setdefault(request_id, []).extend(self.pool.take(num_new_blocks))
-        self.num_used_slots += num_new_tokens
+        self.num_empty_slots += num_new_blocks * self.block_size - num_new_tokens
+        if self.enable_prefix_caching:
+            self._register_shared_blocks(request, min(num_computed + num_new_tokens,
+                                                      request.num_tokens))
         return True
 
     def append_blocks(self, request_ids: list[str]) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
         new block), in that order; the caller has checked that the pool holds them."""
-        take, block_tables = self.pool.free_block_ids.popleft, self.block_tables
-        for request_id in request_ids:
-            block_tables[request_id].append(take())
+        block_tables = self.block_tables
+        for request_id, block_id in zip(request_ids, self.pool.take(len(request_ids))):
+            block_tables[request_id].append(block_id)
+        self.num_empty_slots += len(request_ids) * self.block_size
 
     def add_decode_tokens(self, num_decodes: int) -> None:
         """`num_decodes` decodes each cache one more token (the ones that crossed into a new
-        block took it with `append_blocks`): together, `allocate_slots(id, computed, 1)` each."""
-        self.num_used_slots += num_decodes
+        block took it with `append_blocks`): together, `allocate_slots(r, computed, 1)` each."""
+        self.num_empty_slots -= num_decodes
 
-    def free(self, request_id: str, num_cached_tokens: int) -> None:
-        """Return every block of the request, which held `num_cached_tokens` tokens, to the pool
-        (it finished or was preempted)."""
-        self.pool.give_back(self.block_tables.pop(request_id, []))
-        self.num_used_slots -= num_cached_tokens
+    def free(self, request: Request, preempted: bool = False) -> None:
+        """Return every block of the request to the pool (it finished or was preempted). Its full
+        blocks keep their cache entries until handed out again; a preempted request's own ones
+        are registered now, so that it can find them when it comes back."""
+        block_ids = self.block_tables.pop(request.request_id, [])
+        num_full_blocks = request.num_computed_tokens // self.block_size
+        self.num_empty_slots -= len(block_ids) * self.block_size - request.num_computed_tokens
+        num_registered = self._num_registered.pop(request.request_id, 0)
+        if not self.enable_prefix_caching:
+            num_full_blocks = 0  # no block holds a cache entry
+        elif preempted:
+            hashes = self.block_hashes(request, num_full_blocks)
+            for index in range(num_registered, num_full_blocks):
+                self.pool.cache(block_ids[index], hashes[index])
+        self.pool.free(block_ids, num_full_blocks)
+
+    # -- prefix caching ----------------------------------------------------------------------
+
+    def find_cached_prefix(self, request: Request) -> list[int]:
+        """The blocks of the request's longest cached prefix, at most (num_tokens - 1) //
+        block_size of them: the model computes at least the last token to sample the next."""
+        if not self.enable_prefix_caching:
+            return []
+        if request.content is None and not request.num_preemptions:
+            return []  # nothing of its own was ever registered, and it shares nothing
+        blocks, num_findable = [], (request.num_tokens - 1) // self.block_size
+        hashes = self.block_hashes(request, num_findable)
+        for index in range(num_findable):
+            block_id = self.pool.find(hashes[index])
+            if block_id is None:
+                break
+            blocks.append(block_id)
+        return blocks
+
+    def admit_cached(self, request: Request, cached_blocks: list[int]) -> None:
+        """The request takes the cached blocks it found as the first of its block table."""
+        if cached_blocks:
+            self.pool.touch(cached_blocks)
+            self.block_tables[request.request_id] = list(cached_blocks)
+            self._num_registered[request.request_id] = len(cached_blocks)
+
+    def register_completed_block(self, request: Request, num_cached_tokens: int) -> None:
+        """A decode in bulk fills its last block this step (it will cache `num_cached_tokens`):
+        what allocate_slots registers for a decode scheduled on its own."""
+        if request.content is not None:
+            self._register_shared_blocks(request, num_cached_tokens)
+
+    def _register_shared_blocks(self, request: Request, num_cached_tokens: int) -> None:
+        """Give a cache entry to each of the request's full blocks of known tokens (those other
+        requests may share) that has none yet. Blocks of its own tokens wait for `free`."""
+        if request.content is None:
+            return
+        num_full = min(num_cached_tokens, request.content.known_length) // self.block_size
+        start = self._num_registered.get(request.request_id, 0)
+        if start >= num_full:
+            return
+        block_ids = self.block_tables[request.request_id]
+        hashes = self.block_hashes(request, num_full)
+        for index in range(start, num_full):
+            self.pool.cache(block_ids[index], hashes[index])
+        self._num_registered[request.request_id] = num_full
+
+    def block_hashes(self, request: Request, num_blocks: int) -> list[int]:
+        """The request's block hashes, at least its first `num_blocks` (each computed once): a
+        full block's hash is chained over every block before it, so equal hashes mean equal
+        tokens from the very first one."""
+        hashes = request.block_hashes
+        if len(hashes) >= num_blocks:
+            return hashes
+        if request.content is not None:
+            for key in request.content.block_keys(len(hashes), num_blocks, self.block_size):
+                hashes.append(hash((hashes[-1] if hashes else 0, key)))
+        while len(hashes) < num_blocks:  # tokens of its own: they, and every later block, are
+            hashes.append(hash((OWN_CONTENT, self._own_content_id(request), len(hashes))))
+        return hashes                    # unique to it
+
+    def _own_content_id(self, request: Request) -> int:
+        if request.own_content_id is None:
+            self._num_own_contents += 1
+            request.own_content_id = self._num_own_contents
+        return request.own_content_id
 
 
 class ContiguousKVCache:

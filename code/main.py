@@ -41,7 +41,7 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
     scheduler.bulk_decodes = not any(needs_every_request(observe) for observe in observers)
     kv_cache = scheduler.kv_cache
     arrivals = workload.arrivals()
-    recorder = RunRecorder(kv_cache.num_total_slots)
+    recorder = RunRecorder(kv_cache.num_total_slots, mode.caches_prefixes(config))
     clock_s = 0.0
     while True:
         admit_arrivals(arrivals, scheduler, recorder, clock_s)

@@ -104,8 +104,14 @@ class Rejection:
 class RunRecorder:
     """Watches every engine step of one run and keeps what the metrics need."""
 
-    def __init__(self, num_total_kv_slots: int):
+    def __init__(self, num_total_kv_slots: int, prefix_caching: bool = False):
         self.num_total_kv_slots = num_total_kv_slots
+        self.prefix_caching = prefix_caching
+        # -- prefix caching, in tokens, as vLLM counts it: new requests apart from resumed ones --
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.prefix_cache_resumed_queries = 0
+        self.prefix_cache_resumed_hits = 0
         # -- per request, in arrival order (Request.arrival_index) --
         self.arrival_s = array("d")
         self.prompt_len = array("q")
@@ -121,6 +127,8 @@ class RunRecorder:
         self.num_scheduled_seqs = 0     # summed over steps: mean batch size
         self.num_computed_tokens = 0    # summed over steps, padding included
         self.num_padding_tokens = 0
+        self.num_prefill_tokens = 0     # computed tokens that were not decodes: prompts (less
+        #                                 their cache hits), recomputation after preemption
         self.num_preemptions = 0
         self.reserved_slot_seconds = 0.0  # KV slots reserved x how long
         self.wasted_slot_seconds = 0.0    # reserved but holding no real token
@@ -154,6 +162,14 @@ class RunRecorder:
         self._count_step(step_s, batch.num_seqs, batch.num_scheduled_tokens,
                          batch.num_padding_tokens, reserved_slots, used_slots)
         self.num_preemptions += len(batch.preempted)
+        self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
+        for lookup in batch.prefix_lookups:
+            if lookup.resumed:
+                self.prefix_cache_resumed_queries += lookup.num_tokens
+                self.prefix_cache_resumed_hits += lookup.num_cached_tokens
+            else:
+                self.prefix_cache_queries += lookup.num_tokens
+                self.prefix_cache_hits += lookup.num_cached_tokens
         itl_counts = self.itl_counts
         for itl_s, count in result.itls:
             itl_counts[itl_s] += count
@@ -249,7 +265,16 @@ class RunRecorder:
             "peak_kv_usage_pct": _pct(self.peak_reserved_slots, self.num_total_kv_slots),
             "mean_batch_size": self.num_scheduled_seqs / self.num_steps if self.num_steps else 0.0,
             "padding_pct": _pct(self.num_padding_tokens, self.num_computed_tokens),
+            "prefill_tokens_computed": self.num_prefill_tokens,
         })
+        if self.prefix_caching:
+            result.update({
+                "prefix_cache_queries": self.prefix_cache_queries,
+                "prefix_cache_hits": self.prefix_cache_hits,
+                "prefix_cache_hit_rate": _pct(self.prefix_cache_hits, self.prefix_cache_queries),
+                "prefix_cache_resumed_queries": self.prefix_cache_resumed_queries,
+                "prefix_cache_resumed_hits": self.prefix_cache_resumed_hits,
+            })
         return result
 
     def rejections(self) -> list[Rejection]:

@@ -27,6 +27,10 @@ class StaticMode:
     def check(self, config: EngineConfig, name=flag_name) -> None:
         """Nothing beyond EngineConfig.validate: a padded batch ignores the token budget."""
 
+    def caches_prefixes(self, config: EngineConfig) -> bool:
+        """Contiguous reservations predate prefix caching: never."""
+        return False
+
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> StaticBatchScheduler:
         kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
         if self.one_at_a_time:
@@ -51,8 +55,12 @@ class ContinuousMode:
         if not self.enable_chunked_prefill:
             config.validate_unchunked_budget(name)
 
+    def caches_prefixes(self, config: EngineConfig) -> bool:
+        return config.enable_prefix_caching
+
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> Scheduler:
-        return Scheduler(PagedKVCache(num_gpu_blocks, config.block_size),
+        kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+        return Scheduler(kv_cache,
                          max_num_seqs=config.max_num_seqs,
                          max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
                          max_model_len=config.max_model_len,

@@ -20,7 +20,8 @@ Times are on the virtual clock, in seconds since the workload began (`arrival_s`
 """
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Optional
 
 
@@ -30,6 +31,91 @@ class RequestStatus(enum.Enum):
     PREEMPTED = "preempted"
     FINISHED = "finished"
     REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRun:
+    """Consecutive known tokens of a sequence, from position `start`: either the token ids
+    themselves, or a name for them (`source`): then the run's j-th token is token `offset + j`
+    of that source (a Mooncake hash id names 512 prompt tokens; a synthetic shared prefix, its
+    length). Sources are tuples of integers, so that their hashes are the same in every run."""
+    start: int
+    length: int
+    token_ids: Optional[tuple[int, ...]] = None
+    source: Optional[tuple[int, ...]] = None
+    offset: int = 0
+
+    def part(self, begin: int, end: int) -> tuple:
+        """The tokens at positions [begin, end) of the sequence (inside this run), as a key."""
+        if self.token_ids is not None:
+            return (0, *self.token_ids[begin - self.start:end - self.start])
+        first = self.offset + begin - self.start
+        return (*self.source, first, first + end - begin)
+
+
+@dataclass(frozen=True)
+class TokenContent:
+    """What a sequence's tokens are, as far as prefix caching needs to know: enough to tell
+    whether two KV blocks hold the same tokens. Runs cover positions 0 .. known_length - 1 in
+    order; beyond them (outputs nobody knows in advance) a block's tokens are its own."""
+    runs: tuple[TokenRun, ...]
+
+    @cached_property
+    def known_length(self) -> int:
+        last = self.runs[-1] if self.runs else None
+        return last.start + last.length if last else 0
+
+    def block_keys(self, first_block: int, stop_block: int, block_size: int) -> list[tuple]:
+        """Keys for the tokens of blocks first_block .. stop_block - 1, one per block, as far as
+        all of a block's tokens are known: equal keys mean equal tokens."""
+        keys = []
+        stop_block = min(stop_block, self.known_length // block_size)
+        block, index = first_block, 0
+        while block < stop_block:
+            begin = block * block_size
+            while self.runs[index].start + self.runs[index].length <= begin:
+                index += 1
+            run = self.runs[index]
+            num_inside = min(stop_block, (run.start + run.length) // block_size) - block
+            if num_inside > 0:  # blocks wholly inside this run: one part each
+                ends = range(begin + block_size, begin + (num_inside + 1) * block_size, block_size)
+                keys += [(run.part(end - block_size, end),) for end in ends]
+                block += num_inside
+            else:
+                keys.append(self._key_across_runs(begin, begin + block_size, index))
+                block += 1
+        return keys
+
+    def _key_across_runs(self, begin: int, end: int, index: int) -> tuple:
+        """A block whose tokens start in run `index` and end in a later one: a part per run, but
+        token ids that run on across runs make one part, however they were cut."""
+        parts = []
+        while begin < end:
+            run = self.runs[index]
+            stop = min(end, run.start + run.length)
+            part = run.part(begin, stop)
+            if part[0] == 0 and parts and parts[-1][0] == 0:
+                part = parts.pop() + part[1:]
+            parts.append(part)
+            begin, index = stop, index + 1
+        return tuple(parts)
+
+    @staticmethod
+    def of(prompt: list, output_token_ids: Optional[tuple[int, ...]] = None) -> "TokenContent":
+        """`prompt`: TokenRun-making pieces in order: a tuple of token ids, or (source, length)
+        for `length` named tokens of `source` from its start."""
+        runs, start = [], 0
+        for piece in prompt:
+            if isinstance(piece[0], tuple):  # (source, length)
+                source, length = piece
+                runs.append(TokenRun(start, length, source=source))
+            else:
+                length = len(piece)
+                runs.append(TokenRun(start, length, token_ids=tuple(piece)))
+            start += length
+        if output_token_ids:
+            runs.append(TokenRun(start, len(output_token_ids), token_ids=tuple(output_token_ids)))
+        return TokenContent(tuple(run for run in runs if run.length))
 
 
 @dataclass(eq=False, slots=True)  # eq=False: two requests are never "equal", only the same
@@ -46,6 +132,11 @@ class Request:
     last_token_s: Optional[float] = None
     reject_reason: Optional[str] = None
     arrival_index: Optional[int] = None  # its place in arrival order, given by the recorder
+    content: Optional[TokenContent] = None  # what its tokens are (prefix caching); None: its
+    #                                         own, shared with nobody
+    block_hashes: list = field(default_factory=list)  # its full blocks' content hashes, as
+    #                                                   far as computed (kv_cache.py)
+    own_content_id: Optional[int] = None  # names the tokens only it has, in those hashes
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +150,12 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED)
+
+    @property
+    def has_known_outputs(self) -> bool:
+        """Its output tokens are known in advance (a recorded answer): blocks they fill can be
+        shared like prompt blocks."""
+        return self.content is not None and self.content.known_length > self.prompt_len
 
     def admit(self) -> None:
         assert self.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), self.status

@@ -88,6 +88,10 @@ class RunningDecodes:
         return self.step + min(request.max_tokens - request.num_output_tokens,
                                self.max_model_len - request.num_tokens)
 
+    def num_computed_tokens(self, request: Request) -> int:
+        """A member's computed tokens now, without syncing it."""
+        return request.num_computed_tokens + self.step - self._synced_at[request]
+
     def sync(self, request: Request) -> None:
         """Bring a member's own counters up to the group's step."""
         behind = self.step - self._synced_at[request]

@@ -29,14 +29,14 @@ in bulk (`_schedule_running_in_bulk`, with the bookkeeping in running_decodes.py
 exactly what the rules would; otherwise it hands them back and follows the rules.
 
 Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
-place. Left out of vLLM: prefix caching, speculative decoding, priorities, async scheduling,
+place. Left out of vLLM: speculative decoding, priorities, async scheduling,
 encoder inputs, LoRA, and the extra null block vLLM keeps in its pool.
 """
 
 from collections import deque
 from typing import Iterator, Optional
 
-from batch import DecodeRun, SchedulerOutput, StepResult
+from batch import DecodeRun, PrefixLookup, SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
 from request import Request, reject_if_it_can_never_run
 from running_decodes import RunningDecodes
@@ -114,7 +114,7 @@ class Scheduler:
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int,
                              output: SchedulerOutput) -> bool:
         """Take blocks for the new tokens, preempting from the back of RUNNING until they fit."""
-        while not self.kv_cache.allocate_slots(request.request_id, request.num_computed_tokens,
+        while not self.kv_cache.allocate_slots(request, request.num_computed_tokens,
                                                num_new_tokens):
             victim = self.running.pop()  # the most recently admitted
             self._preempt(victim)
@@ -126,7 +126,7 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         if request in self.decodes:
             self.decodes.remove(request)  # its own counters, synced
-        self.kv_cache.free(request.request_id, request.num_computed_tokens)
+        self.kv_cache.free(request, preempted=True)  # its blocks stay findable until reused
         del self._admission_order[request]
         request.preempt()
         self.waiting.appendleft(request)
@@ -134,24 +134,35 @@ class Scheduler:
     def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> None:
         while self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            num_new_tokens = self._num_tokens_to_admit(request, token_budget)
+            cached_blocks = self.kv_cache.find_cached_prefix(request)  # prefix caching
+            num_new_tokens = self._num_tokens_to_admit(request, token_budget, cached_blocks)
             if num_new_tokens is None:
                 break  # it must wait, and FCFS: nobody overtakes it
-            self.kv_cache.allocate_slots(request.request_id, 0, num_new_tokens)
+            num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
+            self.kv_cache.admit_cached(request, cached_blocks)
+            self.kv_cache.allocate_slots(request, num_cached_tokens, num_new_tokens)
             self.waiting.popleft()
             request.admit()
+            request.num_computed_tokens = num_cached_tokens  # found, not computed again
             self.running.append(request)
             self._admission_order[request] = self._num_admitted
             self._num_admitted += 1
-            output.add(request, num_new_tokens, 0)
+            output.add(request, num_new_tokens, num_cached_tokens)
+            if self.kv_cache.enable_prefix_caching:
+                output.prefix_lookups.append(PrefixLookup(
+                    request.request_id, request.num_tokens, num_cached_tokens,
+                    resumed=request.num_preemptions > 0))
             token_budget -= num_new_tokens
 
-    def _num_tokens_to_admit(self, request: Request, token_budget: int) -> Optional[int]:
-        """What the head of WAITING would compute if admitted now, or None if it must wait."""
-        num_new_tokens = self._cap_long_prefill(request.num_tokens_to_compute)
+    def _num_tokens_to_admit(self, request: Request, token_budget: int,
+                             cached_blocks: list[int]) -> Optional[int]:
+        """What the head of WAITING would compute if admitted now (all it is behind by, but the
+        tokens in `cached_blocks`, found in the prefix cache), or None if it must wait."""
+        num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
+        num_new_tokens = self._cap_long_prefill(request.num_tokens - num_cached_tokens)
         if not self.enable_chunked_prefill and num_new_tokens > token_budget:
             return None  # a whole prompt must fit in one step; everybody behind it waits too
-        if not self.kv_cache.can_fit(request.request_id, request.num_tokens):
+        if not self.kv_cache.can_fit(request.request_id, request.num_tokens, cached_blocks):
             return None  # no room for its whole sequence yet
         return min(num_new_tokens, token_budget)
 
@@ -189,10 +200,20 @@ class Scheduler:
             kv_cache.append_blocks([request.request_id for request in crossing])
         else:
             self._append_blocks_or_preempt(crossing, output)
+        if kv_cache.enable_prefix_caching:
+            self._register_completed_blocks(decodes.step)
         num_decodes = len(decodes)
         kv_cache.add_decode_tokens(num_decodes)
         output.add_decodes(num_decodes, decodes.num_context_tokens)
         return token_budget - num_decodes
+
+    def _register_completed_blocks(self, step: int) -> None:
+        """The decodes that fill their last block in the step starting at group step `step` (the
+        ones crossing into a new block at the next) register it, as allocate_slots would."""
+        decodes = self.decodes
+        filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
+        for request in sorted(filling, key=self._admission_order.__getitem__):
+            self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
 
     def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
         """A block each for the crossing decodes, in running order, preempting from the back of
@@ -213,7 +234,12 @@ class Scheduler:
         """The coming steps, while they are sure to be the same: every running request a decode
         in the group, nobody admissible (the blocks only shrink while decodes run, so a head
         that does not fit now will not fit then), nobody finishing, and the pool holding the
-        crossing decodes' new blocks. None when the next step is not such a step."""
+        crossing decodes' new blocks. None when the next step is not such a step.
+
+        With prefix caching, a head that does not fit stays so too: the blocks decodes take can
+        only evict what it would find, and a free block it finds costs a block all the same.
+        Unless a decode fills a block of tokens known in advance (a recorded answer): that block
+        is registered, and the head may find it."""
         decodes, num_decodes = self.decodes, len(self.decodes)
         if not (self.bulk_decodes and num_decodes and len(self.running) == num_decodes):
             return None
@@ -222,12 +248,19 @@ class Scheduler:
             return None
         if decodes.finishes_at(decodes.step + 1):
             return None
+        if self.waiting and self.kv_cache.enable_prefix_caching and any(
+                request.has_known_outputs for request in self.running):
+            return None
         return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
                          decodes.num_context_tokens, 0, decodes.last_sample_s)
 
     def _admissible_head(self, token_budget: int) -> bool:
-        return (bool(self.waiting) and token_budget > 0 and len(self.running) < self.max_num_seqs
-                and self._num_tokens_to_admit(self.waiting[0], token_budget) is not None)
+        """Could the head of WAITING be admitted now?"""
+        if not (self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs):
+            return False
+        head = self.waiting[0]
+        cached_blocks = self.kv_cache.find_cached_prefix(head)
+        return self._num_tokens_to_admit(head, token_budget, cached_blocks) is not None
 
     def _decode_run_slots(self) -> Iterator[int]:
         """Slots each coming decode-only step reserves, until one would finish somebody or the
@@ -249,6 +282,8 @@ class Scheduler:
         for end_s in step_ends_s:
             crossing = sorted(self.decodes.crossing_now(), key=self._admission_order.__getitem__)
             self.kv_cache.append_blocks([request.request_id for request in crossing])
+            if self.kv_cache.enable_prefix_caching:
+                self._register_completed_blocks(self.decodes.step)
             self.kv_cache.add_decode_tokens(run.num_seqs)
             self.decodes.advance(end_s)
 
@@ -279,6 +314,6 @@ class Scheduler:
             self._free_finished(request)
 
     def _free_finished(self, request: Request) -> None:
-        self.kv_cache.free(request.request_id, request.num_computed_tokens)
+        self.kv_cache.free(request)
         del self._admission_order[request]
         self.running.remove(request)

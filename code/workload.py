@@ -8,7 +8,10 @@ file (trace_replay.py) is read line by line, never loaded whole.
 *What* is sent, the lengths in tokens (`--dataset-name`, as in `vllm bench serve`):
 - `mixed`: the lesson's traffic, many chat-sized prompts and a few long documents;
 - `random`: vLLM's random dataset, lengths uniform within a ratio of a target;
-- `normal`: normally distributed lengths (exercise 4: outputs of mean 1,500, std 600).
+- `normal`: normally distributed lengths (exercise 4: outputs of mean 1,500, std 600);
+- `prefix_repetition`: vLLM's shared-prefix dataset, a few prefixes each opening many prompts
+  (and `--random-prefix-len` gives every `random` prompt one shared prefix): what prefix
+  caching is for.
 
 *How* it is sent is the arrival process (arrivals.py): an open loop at `--request-rate` with
 gamma-distributed gaps, or a closed loop of `--max-concurrency` clients.
@@ -26,10 +29,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol
 
 from arrivals import ClosedLoopClients, OpenLoopArrivals, arrival_times
-from request import Request
+from request import Request, TokenContent
 
 
 DEFAULT_NUM_PROMPTS = 80   # enough traffic to show the lesson, small enough to run instantly
+SHARED_PREFIX_SOURCE = 3   # in a TokenContent, a synthetic prefix k is source (3, k) ...
+OWN_SUFFIX_SOURCE = 4      # ... and a synthetic prompt's own suffix i is (4, i)
 MIXED_REQUEST_RATE = 4.0   # requests per second: the rate the lesson's mixed traffic states
 
 
@@ -95,12 +100,23 @@ class RandomLengths:
     input_len: int = 1024
     output_len: int = 128
     range_ratio: float = 0.0
+    prefix_len: int = 0   # a fixed prefix every prompt opens with, before its random part
 
     def __post_init__(self):
         require_positive_int("--random-input-len", self.input_len)
         require_positive_int("--random-output-len", self.output_len)
         if not 0.0 <= self.range_ratio < 1.0:
             raise WorkloadError(f"--random-range-ratio must be in [0, 1), got {self.range_ratio}")
+        if self.prefix_len < 0:
+            raise WorkloadError(f"--random-prefix-len must be >= 0, got {self.prefix_len}")
+
+    @property
+    def shared_prefix(self) -> Optional[TokenContent]:
+        """What every prompt's first `prefix_len` tokens are: the same for all (vLLM draws one
+        prefix for the whole dataset)."""
+        if not self.prefix_len:
+            return None
+        return TokenContent.of([((SHARED_PREFIX_SOURCE, 0), self.prefix_len)])
 
     @property
     def input_range(self) -> tuple[int, int]:
@@ -113,10 +129,12 @@ class RandomLengths:
         return max(1, low), math.ceil(self.output_len * (1 + self.range_ratio))
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
-        return rng.randint(*self.input_range), rng.randint(*self.output_range)
+        return self.prefix_len + rng.randint(*self.input_range), rng.randint(*self.output_range)
 
     def describe(self) -> str:
-        return f"prompts {_span(self.input_range)} tok, outputs {_span(self.output_range)} tok"
+        prefix = f"a shared {self.prefix_len}-tok prefix + " if self.prefix_len else ""
+        return (f"prompts {prefix}{_span(self.input_range)} tok, outputs "
+                f"{_span(self.output_range)} tok")
 
 
 @dataclass(frozen=True)
@@ -159,10 +177,11 @@ def _span(low_high: tuple[int, int]) -> str:
 def synthetic_requests(lengths: Lengths, num_prompts: int, request_rate: float, burstiness: float,
                        length_rng: random.Random, arrival_rng: random.Random) -> Iterator[Request]:
     times = arrival_times(arrival_rng, request_rate, burstiness)
+    content = getattr(lengths, "shared_prefix", None)
     for index in range(num_prompts):
         arrival_s = next(times)
         prompt_len, output_len = lengths.draw(length_rng)
-        yield Request(str(index), arrival_s, prompt_len, output_len)
+        yield Request(str(index), arrival_s, prompt_len, output_len, content=content)
 
 
 # -- building workloads ---------------------------------------------------------------------------
@@ -185,12 +204,14 @@ def mixed_workload(num_prompts: int = DEFAULT_NUM_PROMPTS,
 def random_workload(input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
                     num_prompts: int = DEFAULT_NUM_PROMPTS, request_rate: float = math.inf,
                     burstiness: float = 1.0, seed: int = 0,
-                    max_concurrency: Optional[int] = None) -> Workload:
+                    max_concurrency: Optional[int] = None, prefix_len: int = 0) -> Workload:
     """`vllm bench serve --dataset-name random`; by default everything is sent at t=0."""
-    lengths = RandomLengths(input_len, output_len, range_ratio)
+    lengths = RandomLengths(input_len, output_len, range_ratio, prefix_len)
     params = {"random_input_len": input_len, "random_output_len": output_len,
               "random_range_ratio": range_ratio, "input_len_range": list(lengths.input_range),
               "output_len_range": list(lengths.output_range)}
+    if prefix_len:
+        params["random_prefix_len"] = prefix_len
     make_requests = _separate_streams(lengths, num_prompts, request_rate, burstiness, seed)
     return _synthetic_workload("random", lengths, params, make_requests, num_prompts,
                                request_rate, burstiness, seed, max_concurrency)
@@ -207,6 +228,54 @@ def normal_workload(input_mean: float = 1024, input_std: float = 256, output_mea
     make_requests = _separate_streams(lengths, num_prompts, request_rate, burstiness, seed)
     return _synthetic_workload("normal", lengths, params, make_requests, num_prompts,
                                request_rate, burstiness, seed, max_concurrency)
+
+
+def prefix_repetition_workload(prefix_len: int = 256, suffix_len: int = 256,
+                               num_prefixes: int = 10, output_len: int = 128,
+                               num_prompts: int = DEFAULT_NUM_PROMPTS,
+                               request_rate: float = math.inf, burstiness: float = 1.0,
+                               seed: int = 0, max_concurrency: Optional[int] = None) -> Workload:
+    """`vllm bench serve --dataset-name prefix_repetition`: `num_prefixes` prefixes, each opening
+    num_prompts // num_prefixes prompts with suffixes of their own, shuffled; as vLLM does, a few
+    prompts drawn again fill up to `num_prompts` (those repeat a whole prompt)."""
+    for flag, value in (("--prefix-repetition-suffix-len", suffix_len),
+                        ("--prefix-repetition-num-prefixes", num_prefixes),
+                        ("--prefix-repetition-output-len", output_len)):
+        require_positive_int(flag, value)
+    if prefix_len < 0:
+        raise WorkloadError(f"--prefix-repetition-prefix-len must be >= 0, got {prefix_len}")
+    check_sending(num_prompts, max_concurrency)
+    if num_prompts < num_prefixes:
+        raise WorkloadError(f"--num-prompts {num_prompts} is fewer than "
+                            f"--prefix-repetition-num-prefixes {num_prefixes}: every prefix needs "
+                            "a prompt (vLLM refuses this too)")
+    prompts_per_prefix = num_prompts // num_prefixes
+    contents = [TokenContent.of([((SHARED_PREFIX_SOURCE, k), prefix_len),
+                                 ((OWN_SUFFIX_SOURCE, k * prompts_per_prefix + i), suffix_len)])
+                for k in range(num_prefixes) for i in range(prompts_per_prefix)]
+
+    def make_requests() -> Iterator[Request]:
+        rng = random.Random(seed)
+        order = list(contents)
+        rng.shuffle(order)
+        order += [rng.choice(order) for _ in range(num_prompts - len(order))]
+        times = arrival_times(random.Random(f"arrivals {seed}"), request_rate, burstiness)
+        for index, content in enumerate(order):
+            yield Request(str(index), next(times), prefix_len + suffix_len, output_len,
+                          content=content)
+
+    check_arrival_rate(request_rate, burstiness)
+    params = {"name": "prefix_repetition", "num_prompts": num_prompts,
+              "request_rate": _json_rate(request_rate), "burstiness": burstiness, "seed": seed,
+              "max_concurrency": max_concurrency, "prefix_repetition_prefix_len": prefix_len,
+              "prefix_repetition_suffix_len": suffix_len,
+              "prefix_repetition_num_prefixes": num_prefixes,
+              "prefix_repetition_output_len": output_len}
+    description = (f"prefix_repetition: {num_prompts} requests, {_sending(request_rate, burstiness)}"
+                   f", {num_prefixes} shared {prefix_len}-tok prefixes each opening "
+                   f"{prompts_per_prefix}+ prompts of {prefix_len + suffix_len} tok, outputs "
+                   f"{output_len} tok, seed {seed}" + closed_loop_note(max_concurrency))
+    return Workload("prefix_repetition", description, params, make_requests, max_concurrency)
 
 
 def _separate_streams(lengths: Lengths, num_prompts: int, request_rate: float,
@@ -235,14 +304,16 @@ def _synthetic_workload(name: str, lengths: Lengths, length_params: dict,
 
 def _describe(name: str, lengths: Lengths, num_prompts: int, request_rate: float,
               burstiness: float, seed: int, max_concurrency: Optional[int]) -> str:
+    return (f"{name}: {num_prompts} requests, {_sending(request_rate, burstiness)}, "
+            f"{lengths.describe()}, seed {seed}" + closed_loop_note(max_concurrency))
+
+
+def _sending(request_rate: float, burstiness: float) -> str:
     if math.isinf(request_rate):
-        sending = "all sent at t=0"
-    elif burstiness == 1.0:
-        sending = f"{request_rate:g} req/s Poisson"
-    else:
-        sending = f"{request_rate:g} req/s, gamma gaps of burstiness {burstiness:g}"
-    return (f"{name}: {num_prompts} requests, {sending}, {lengths.describe()}, seed {seed}"
-            + closed_loop_note(max_concurrency))
+        return "all sent at t=0"
+    if burstiness == 1.0:
+        return f"{request_rate:g} req/s Poisson"
+    return f"{request_rate:g} req/s, gamma gaps of burstiness {burstiness:g}"
 
 
 def closed_loop_note(max_concurrency: Optional[int]) -> str:

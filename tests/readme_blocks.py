@@ -12,8 +12,8 @@ A block in README.md looks like
 
 `python3 tests/readme_blocks.py` reruns every block's commands and rewrites the block (and the
 charts they write under outputs/); the tests check that README.md and outputs/ already hold
-exactly that. Commands run from the project root in a shell, with `python3` meaning the
-interpreter running this file and `/tmp/` a private scratch folder.
+exactly that. Commands run from the project root in a shell, with `python3` (anywhere in a
+command line) meaning the interpreter running this file and `/tmp/` a private scratch folder.
 """
 
 import re
@@ -45,7 +45,7 @@ def run_commands(commands: list[str], outputs_dir: Path) -> str:
         for command in commands:
             shell_command = command.replace("/tmp/", scratch + "/")
             shell_command = shell_command.replace("outputs/", f"{outputs_dir}/")
-            shell_command = re.sub(r"^python3 ", f"{sys.executable} ", shell_command)
+            shell_command = re.sub(r"(^|(?<=[\s;(]))python3 ", f"{sys.executable} ", shell_command)
             result = subprocess.run(shell_command, shell=True, cwd=ROOT, capture_output=True,
                                     text=True, check=True)
             output = result.stdout

@@ -18,7 +18,8 @@ AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\r\n"  # the real files end lin
          "2023-11-16 18:17:04.0319600,300,2\r\n"
          "2023-11-16 18:17:05.5000000,100,4\r\n")
 MOONCAKE = ('{"timestamp": 0, "input_length": 300, "output_length": 2, "hash_ids": [0]}\n'
-            '{"timestamp": 250, "input_length": 9000, "output_length": 5, "hash_ids": [0, 1]}\n'
+            '{"timestamp": 250, "input_length": 9000, "output_length": 5, "hash_ids": '
+            + json.dumps(list(range(18))) + '}\n'  # 18 blocks of 512 tokens cover 9,000
             '{"timestamp": 1000, "input_length": 100, "output_length": 3, "hash_ids": [2]}\n')
 BURSTGPT = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
             "5,ChatGPT,300,0,300,Conversation log\n"   # failed: skipped, before the first request

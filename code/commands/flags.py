@@ -66,6 +66,10 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
     group.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
                        default=None, help="choose CONTINUOUS+CHUNKED (or, with --no-..., "
                                           "CONTINUOUS) as the continuous mode")
+    group.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                       default=DEFAULTS.enable_prefix_caching,
+                       help="reuse cached KV blocks of shared prompt prefixes (default on, as in "
+                            "vLLM V1; CONTINUOUS and CONTINUOUS+CHUNKED only)")
     group.add_argument("--batching-window-ms", type=float, default=DEFAULTS.batching_window_ms,
                        metavar="MS", help="STATIC: longest wait for a full batch (default 10)")
     group.add_argument("--forward-model", default=DEFAULTS.forward_model,

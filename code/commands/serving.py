@@ -86,7 +86,8 @@ def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
         token_times = TokenTimes() if watch.token_times else None
         observers = [o for o in (series, timeline, token_times) if o is not None]
         if watch.step_log:
-            observers.append(watch.step_log.observer(mode.name))
+            observers.append(watch.step_log.observer(mode.name,
+                                                     mode.caches_prefixes(engine.config)))
         recorder = engine.serve(workload, mode, observers)
         runs.append(ModeRun(mode.name, recorder, series, timeline, token_times))
     return runs

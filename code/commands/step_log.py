@@ -5,9 +5,12 @@
 
 `time_s` is the virtual clock when the step began (rounded to the microsecond, `step_ms` too);
 `scheduled` lists request ids with the tokens each computed, in the scheduler's order (running
-first, then newly admitted); `num_free_blocks` is counted after the step (null for the contiguous allocator of NAIVE and STATIC, which has no
-blocks). The file appears only when the whole run succeeded: it is written beside the target
-and renamed at the end (output_files.py), so a failed run leaves nothing half-written.
+first, then newly admitted); `num_free_blocks` is counted after the step (null for the contiguous
+allocator of NAIVE and STATIC, which has no blocks; blocks free but still holding a cached prefix
+count as free, as in vLLM); with prefix caching, `cached_tokens` names every request admitted in
+the step with the prompt tokens it found in the cache (zeros included). The file appears only
+when the whole run succeeded: it is written beside the target and renamed at the end
+(output_files.py), so a failed run leaves nothing half-written.
 """
 
 import json
@@ -21,17 +24,18 @@ class StepLog:
     def __init__(self, file):
         self._file = file
 
-    def observer(self, mode_name: str) -> "StepLogLines":
-        return StepLogLines(self._file, mode_name)
+    def observer(self, mode_name: str, prefix_caching: bool) -> "StepLogLines":
+        return StepLogLines(self._file, mode_name, prefix_caching)
 
 
 class StepLogLines:
     """Observer: one mode's steps, as lines of the step log."""
     needs_every_request = True  # it names every request scheduled in every step
 
-    def __init__(self, file, mode_name: str):
+    def __init__(self, file, mode_name: str, prefix_caching: bool):
         self._file = file
         self.mode_name = mode_name
+        self.prefix_caching = prefix_caching
 
     def __call__(self, step: EngineStep) -> None:
         line = {
@@ -44,4 +48,7 @@ class StepLogLines:
             "finished": [r.request_id for r in step.result.finished],
             "num_free_blocks": step.num_free_blocks,
         }
+        if self.prefix_caching:
+            line["cached_tokens"] = {lookup.request_id: lookup.num_cached_tokens
+                                     for lookup in step.batch.prefix_lookups}
         self._file.write(json.dumps(line) + "\n")

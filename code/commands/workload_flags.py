@@ -4,6 +4,7 @@ they build.
     (no option)              the lesson's mixed traffic at 4 req/s
     --dataset-name random    vLLM's random dataset: --random-input-len, --random-output-len, ...
     --dataset-name normal    normal lengths: --input-mean, --input-std, --output-mean, ...
+    --dataset-name prefix_repetition   shared prefixes: --prefix-repetition-prefix-len, ...
     --trace FILE             a real service's requests at their own times
 
 `--num-prompts` and `--max-concurrency` apply to all of them. An option that belongs to another
@@ -16,13 +17,15 @@ import argparse
 import math
 
 from config import EngineConfig
-from traces.formats import TRACE_FORMATS
+from traces.formats import DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS
 from traces.replay import trace_workload
 from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, MixedLengths, NormalLengths,
                       RandomLengths, Workload, WorkloadError, mixed_workload, normal_workload,
-                      random_workload)
+                      prefix_repetition_workload, random_workload)
 
-SYNTHETIC = ("mixed", "random", "normal")
+SYNTHETIC = ("mixed", "random", "normal", "prefix_repetition")
+PREFIX_REPETITION = {"prefix_len": 256, "suffix_len": 256, "num_prefixes": 10,
+                     "output_len": 128}  # vllm bench serve's defaults
 RANDOM = RandomLengths()
 NORMAL = NormalLengths()
 
@@ -33,12 +36,18 @@ OPTION_WORKLOADS = {
     "random_input_len": ("random",),
     "random_output_len": ("random",),
     "random_range_ratio": ("random",),
+    "random_prefix_len": ("random",),
+    "prefix_repetition_prefix_len": ("prefix_repetition",),
+    "prefix_repetition_suffix_len": ("prefix_repetition",),
+    "prefix_repetition_num_prefixes": ("prefix_repetition",),
+    "prefix_repetition_output_len": ("prefix_repetition",),
     "input_mean": ("normal",),
     "input_std": ("normal",),
     "output_mean": ("normal",),
     "output_std": ("normal",),
     "trace_format": ("trace",),
     "trace_time_scale": ("trace",),
+    "hash_block_size": ("trace",),
 }
 
 
@@ -48,7 +57,8 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
         "Lengths are in tokens, times on the virtual clock. Without --dataset-name or --trace: "
         "the lesson's mixed traffic (90% prompts of 100-1500 tokens, 10% of 6000-7800).")
     group.add_argument("--dataset-name", choices=SYNTHETIC, default=None,
-                       help="synthetic lengths: mixed (the default), random, or normal")
+                       help="synthetic lengths: mixed (the default), random, normal, or "
+                            "prefix_repetition (shared prefixes)")
     group.add_argument("--num-prompts", type=int, default=None, metavar="N",
                        help=f"requests to send (default {DEFAULT_NUM_PROMPTS}; with --trace: the "
                             "first N requests of the file, default all)")
@@ -76,6 +86,21 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     random_group.add_argument("--random-range-ratio", type=float, default=None, metavar="R",
                               help=f"spread R around L, in [0, 1) (default {RANDOM.range_ratio:g}: "
                                    "every request gets exactly L)")
+    random_group.add_argument("--random-prefix-len", type=int, default=None, metavar="TOKENS",
+                              help="a prefix every prompt opens with, before its L random tokens "
+                                   "(default 0; prefix caching finds it cached)")
+
+    repetition_group = parser.add_argument_group(
+        "--dataset-name prefix_repetition",
+        "N prefixes, each opening num_prompts // N prompts with suffixes of their own, shuffled, "
+        "as vllm bench serve builds them.")
+    for name, default in PREFIX_REPETITION.items():
+        what = {"prefix_len": "shared prefix tokens per prompt",
+                "suffix_len": "tokens of each prompt's own suffix",
+                "num_prefixes": "prefixes (N)", "output_len": "output tokens per request"}[name]
+        repetition_group.add_argument(f"--prefix-repetition-{name.replace('_', '-')}", type=int,
+                                      default=None, metavar="N",
+                                      help=f"{what} (default {default})")
 
     normal_group = parser.add_argument_group(
         "--dataset-name normal",
@@ -99,6 +124,10 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
                                   "lines, timestamp in ms; burstgpt: Timestamp (s), Request "
                                   "tokens, Response tokens (0 = failed, skipped); csv: "
                                   "arrival_s,prompt_len,output_len[,id]")
+    trace_group.add_argument("--hash-block-size", type=int, default=None, metavar="TOKENS",
+                             help="prompt tokens per Mooncake hash id (default "
+                                  f"{DEFAULT_HASH_BLOCK_SIZE}, as in Mooncake's traces; the last "
+                                  "of a prompt may be cut short)")
     trace_group.add_argument("--trace-time-scale", type=float, default=None, metavar="S",
                              help="multiply every gap by S: S > 1 stretches the trace (2 = half "
                                   "the request rate), S < 1 compresses it (0.5 = twice the rate), "
@@ -112,7 +141,9 @@ def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Worklo
     if kind == "trace":
         return trace_workload(args.trace, args.trace_format, args.num_prompts,
                               time_scale=given(args.trace_time_scale, 1.0),
-                              max_concurrency=args.max_concurrency)
+                              max_concurrency=args.max_concurrency,
+                              hash_block_size=given(args.hash_block_size,
+                                                    DEFAULT_HASH_BLOCK_SIZE))
     sending = {"num_prompts": given(args.num_prompts, DEFAULT_NUM_PROMPTS),
                "burstiness": given(args.burstiness, 1.0), "seed": args.seed,
                "max_concurrency": args.max_concurrency}
@@ -124,7 +155,11 @@ def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Worklo
         return random_workload(input_len=given(args.random_input_len, RANDOM.input_len),
                                output_len=given(args.random_output_len, RANDOM.output_len),
                                range_ratio=given(args.random_range_ratio, RANDOM.range_ratio),
-                               **sending)
+                               prefix_len=given(args.random_prefix_len, 0), **sending)
+    if kind == "prefix_repetition":
+        return prefix_repetition_workload(
+            **{name: given(getattr(args, f"prefix_repetition_{name}"), default)
+               for name, default in PREFIX_REPETITION.items()}, **sending)
     return normal_workload(input_mean=given(args.input_mean, NORMAL.input_mean),
                            input_std=given(args.input_std, NORMAL.input_std),
                            output_mean=given(args.output_mean, NORMAL.output_mean),

@@ -21,10 +21,19 @@ LATENCY_SECTIONS = [
     ("e2el", "E2EL", "End-to-end Latency"),
 ]
 # (label, JSON key, format): what the scheduler did, servesim's own section.
+# With prefix caching, as vLLM counts it: tokens looked up and found by new requests (a request
+# back from preemption, finding its own blocks again, is counted apart).
+PREFIX_LINES = [
+    ("Prefix cache hit rate (%):", "prefix_cache_hit_rate", "{:<10.2f}"),
+    ("Prefix cache hits (tokens):", "prefix_cache_hits", "{:<10}"),
+    ("Prefix cache queries (tokens):", "prefix_cache_queries", "{:<10}"),
+    ("Resumed requests' hits (tokens):", "prefix_cache_resumed_hits", "{:<10}"),
+]
 SCHEDULER_LINES = [
     ("Engine steps:", "num_steps", "{:<10}"),
     ("Mean batch size (seqs/step):", "mean_batch_size", "{:<10.2f}"),
     ("Preemptions:", "num_preemptions", "{:<10}"),
+    ("Prefill tokens computed:", "prefill_tokens_computed", "{:<10}"),
     ("Padding (% of computed tokens):", "padding_pct", "{:<10.2f}"),
     ("KV waste (% of reserved, time-avg):", "kv_waste_pct", "{:<10.2f}"),
     ("Peak KV use (% of KV cache):", "peak_kv_usage_pct", "{:<10.2f}"),
@@ -59,6 +68,8 @@ def serving_result_block(metrics: dict, percentiles: list[float], percentile_met
             lines += _latency_section(metrics, name, label, title, percentiles)
     lines.append(_rule("Scheduler (servesim)", "-"))
     lines += [f"{label:<40} " + fmt.format(metrics[key]) for label, key, fmt in SCHEDULER_LINES]
+    if "prefix_cache_queries" in metrics:  # with prefix caching
+        lines += [f"{label:<40} " + fmt.format(metrics[key]) for label, key, fmt in PREFIX_LINES]
     lines.append("=" * RESULT_WIDTH)
     return lines
 

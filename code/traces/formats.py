@@ -12,8 +12,10 @@ Four formats, told apart by their first line (or named with `--trace-format`):
     csv       arrival_s,prompt_len,output_len[,id]         seconds        prompt_len, output_len
 
 Azure's timestamps look like `2023-11-16 18:17:03.9799600`: seven fractional digits (100 ns
-ticks), one more than `strptime`'s `%f` accepts, so the fraction is read by hand. Mooncake's
-`hash_ids` (shared-prefix blocks) are ignored: servesim has no prefix cache. BurstGPT logs a
+ticks), one more than `strptime`'s `%f` accepts, so the fraction is read by hand. Mooncake's rows
+may say what their tokens are, for prefix caching: `hash_ids` (one id per 512 prompt tokens, or
+`--hash-block-size`; equal ids, equal tokens) or `prompt_token_ids`, and `output_token_ids`
+(what the request will generate); and an `id`. BurstGPT logs a
 failed request with 0 response tokens; its reader marks such rows `failed` (trace_replay.py skips
 and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterator, Optional
 
+from request import TokenContent
 from workload import WorkloadError
 
 
@@ -39,8 +42,9 @@ class TraceRow:
     timestamp_text: str     # as written, for error messages
     prompt_len: int
     output_len: int
-    request_id: Optional[str] = None  # the plain csv format's optional id column
+    request_id: Optional[str] = None  # the plain csv format's optional id column, Mooncake's id
     failed: bool = False    # BurstGPT: the service logged this request as failed
+    content: Optional[TokenContent] = None  # what its tokens are, where the trace says (Mooncake)
 
 
 # -- reading a timestamp ---------------------------------------------------------------------
@@ -151,18 +155,20 @@ def required_field(path: str, line: int, fields: list[str], columns: dict[str, i
 
 # -- Mooncake's JSON lines -------------------------------------------------------------------
 
-MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")  # hash_ids: ignored
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+DEFAULT_HASH_BLOCK_SIZE = 512  # prompt tokens per hash id in Mooncake's FAST'25 release traces
+HASH_ID_SOURCE = 1             # a hash id h names the tokens of source (1, h)
 
 
-def read_mooncake_rows(path: str) -> Iterator[TraceRow]:
+def read_mooncake_rows(path: str, hash_block_size: int) -> Iterator[TraceRow]:
     """One JSON object a line; its numbers go through the same checks as CSV text."""
     with open_trace(path) as file:
         for line, text in enumerate(file, start=1):
             if text.strip():
-                yield mooncake_row(path, line, text)
+                yield mooncake_row(path, line, text, hash_block_size)
 
 
-def mooncake_row(path: str, line: int, text: str) -> TraceRow:
+def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> TraceRow:
     try:
         record = json.loads(text)
     except json.JSONDecodeError as error:
@@ -175,9 +181,57 @@ def mooncake_row(path: str, line: int, text: str) -> TraceRow:
     timestamp_text = str(record["timestamp"])
     timestamp_ms = parse_timestamp(path, line, "timestamp", timestamp_text, float,
                                    "a number of milliseconds")
-    return TraceRow(line, timestamp_ms / 1000, timestamp_text + " ms",
-                    parse_tokens(path, line, "input_length", str(record["input_length"]), 1),
-                    parse_tokens(path, line, "output_length", str(record["output_length"]), 1))
+    prompt_len = parse_tokens(path, line, "input_length", str(record["input_length"]), 1)
+    output_len = parse_tokens(path, line, "output_length", str(record["output_length"]), 1)
+    request_id = str(record["id"]) if record.get("id") not in (None, "") else None
+    return TraceRow(line, timestamp_ms / 1000, timestamp_text + " ms", prompt_len, output_len,
+                    request_id, content=mooncake_content(path, line, record, prompt_len,
+                                                         output_len, hash_block_size))
+
+
+def mooncake_content(path: str, line: int, record: dict, prompt_len: int, output_len: int,
+                     hash_block_size: int) -> Optional[TokenContent]:
+    """What the row says its tokens are: `hash_ids` (Mooncake's: one id per `hash_block_size`
+    prompt tokens, equal ids meaning equal tokens; the last block may be cut short) or
+    `prompt_token_ids`, and optionally `output_token_ids` (the tokens it will generate, e.g. a
+    recorded answer, so that the next turn of a conversation can find them cached)."""
+    if "hash_ids" in record and "prompt_token_ids" in record:
+        raise trace_error(path, line, "give hash_ids or prompt_token_ids, not both")
+    outputs = None
+    if "output_token_ids" in record:
+        outputs = token_ids(path, line, record, "output_token_ids")
+        if len(outputs) > output_len:
+            raise trace_error(path, line, f"output_token_ids holds {len(outputs)} tokens, more "
+                                          f"than output_length {output_len}")
+    if "hash_ids" in record:
+        hash_ids = token_ids(path, line, record, "hash_ids")
+        num_ids = -(-prompt_len // hash_block_size)
+        if len(hash_ids) < num_ids:
+            raise trace_error(path, line, f"{len(hash_ids)} hash_ids cover "
+                                          f"{len(hash_ids) * hash_block_size} tokens, fewer than "
+                                          f"input_length {prompt_len} (--hash-block-size "
+                                          f"{hash_block_size})")
+        pieces = [((HASH_ID_SOURCE, h), hash_block_size) for h in hash_ids[:num_ids]]
+        pieces[-1] = (pieces[-1][0], prompt_len - hash_block_size * (num_ids - 1))
+        return TokenContent.of(pieces, outputs)
+    if "prompt_token_ids" in record:
+        prompt = token_ids(path, line, record, "prompt_token_ids")
+        if len(prompt) != prompt_len:
+            raise trace_error(path, line, f"prompt_token_ids holds {len(prompt)} tokens, "
+                                          f"input_length says {prompt_len}")
+        return TokenContent.of([prompt], outputs)
+    if outputs is not None:
+        raise trace_error(path, line, "output_token_ids needs the prompt's tokens too "
+                                      "(hash_ids or prompt_token_ids)")
+    return None
+
+
+def token_ids(path: str, line: int, record: dict, key: str) -> tuple[int, ...]:
+    values = record[key]
+    if not (isinstance(values, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)):
+        raise trace_error(path, line, f"{key} must be a list of whole numbers >= 0")
+    return tuple(values)
 
 
 # -- checks shared by every format -----------------------------------------------------------
@@ -243,7 +297,8 @@ def detect_format(path: str) -> str:
                                f"--trace-format")
 
 
-def trace_rows(path: str, trace_format: str) -> Iterator[TraceRow]:
+def trace_rows(path: str, trace_format: str,
+               hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE) -> Iterator[TraceRow]:
     if trace_format == "mooncake":
-        return read_mooncake_rows(path)
+        return read_mooncake_rows(path, hash_block_size)
     return read_csv_rows(path, CSV_LAYOUTS[trace_format])

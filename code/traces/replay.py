@@ -18,8 +18,10 @@ import math
 from typing import Iterator, Optional
 
 from request import Request
-from traces.formats import TRACE_FORMATS, TraceRow, detect_format, trace_error, trace_rows
-from workload import Workload, WorkloadError, check_sending, closed_loop_note
+from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS, TraceRow, detect_format,
+                            trace_error, trace_rows)
+from workload import (Workload, WorkloadError, check_sending, closed_loop_note,
+                      require_positive_int)
 
 
 class TraceReplay:
@@ -30,9 +32,10 @@ class TraceReplay:
     """
 
     def __init__(self, path: str, trace_format: str, num_prompts: Optional[int],
-                 time_scale: float):
+                 time_scale: float, hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE):
         self.path = path
         self.trace_format = trace_format
+        self.hash_block_size = hash_block_size
         self.num_prompts = num_prompts  # None: every row
         self.time_scale = time_scale
         self.num_requests = 0
@@ -42,7 +45,7 @@ class TraceReplay:
     def __iter__(self) -> Iterator[Request]:
         first_s: Optional[float] = None
         previous: Optional[TraceRow] = None
-        for row in trace_rows(self.path, self.trace_format):
+        for row in trace_rows(self.path, self.trace_format, self.hash_block_size):
             if previous is not None and row.timestamp_s < previous.timestamp_s:
                 raise trace_error(self.path, row.line, f"time goes backwards: "
                                   f"{row.timestamp_text} is earlier than line {previous.line}'s "
@@ -57,20 +60,23 @@ class TraceReplay:
             request_id = row.request_id or str(self.num_requests)
             self.num_requests += 1
             self.last_arrival_s = arrival_s
-            yield Request(request_id, arrival_s, row.prompt_len, row.output_len)
+            yield Request(request_id, arrival_s, row.prompt_len, row.output_len,
+                          content=row.content)
             if self.num_requests == self.num_prompts:
                 return
 
 
 def trace_workload(path: str, trace_format: Optional[str] = None,
                    num_prompts: Optional[int] = None, time_scale: float = 1.0,
-                   max_concurrency: Optional[int] = None) -> Workload:
+                   max_concurrency: Optional[int] = None,
+                   hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE) -> Workload:
     """Replay a trace file: its first `num_prompts` requests (None: all), gaps x `time_scale`.
 
     Reads the file once here, to check every row the run will use and to count them, so that a
     bad line fails before any mode runs and the report can say how long the trace is.
     """
     check_sending(num_prompts, max_concurrency)
+    require_positive_int("--hash-block-size", hash_block_size)
     if not (math.isfinite(time_scale) and time_scale >= 0):
         raise WorkloadError(f"--trace-time-scale must be a number >= 0 (1 keeps the trace's "
                             f"own gaps), got {time_scale}")
@@ -79,7 +85,7 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
     elif trace_format not in TRACE_FORMATS:
         raise WorkloadError(f"--trace-format must be one of {', '.join(TRACE_FORMATS)}, "
                             f"got {trace_format!r}")
-    scan = TraceReplay(path, trace_format, num_prompts, time_scale)
+    scan = TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size)
     for _ in scan:
         pass  # reading is checking; the counts stay on `scan`
     if scan.num_requests == 0:
@@ -88,13 +94,15 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
         raise WorkloadError(f"{path}: no requests to replay{failed}")
 
     def make_requests() -> Iterator[Request]:
-        return iter(TraceReplay(path, trace_format, num_prompts, time_scale))
+        return iter(TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size))
 
     params = {"name": "trace", "trace": path, "trace_format": trace_format,
               "num_prompts": num_prompts, "trace_time_scale": time_scale,
               "max_concurrency": max_concurrency, "num_requests": scan.num_requests,
               "trace_span_s": scan.last_arrival_s,
               "num_failed_rows_skipped": scan.num_failed_skipped}
+    if trace_format == "mooncake":
+        params["hash_block_size"] = hash_block_size
     return Workload("trace", describe_replay(scan) + closed_loop_note(max_concurrency), params,
                     make_requests, max_concurrency)
 

@@ -1,0 +1,159 @@
+"""The physical KV blocks: who holds each, which are free, and which hold a cached prefix.
+
+PagedAttention cuts the KV cache into fixed-size blocks; this pool hands them out and takes them
+back, as vLLM 0.30.0's BlockPool does (vllm/v1/core/block_pool.py):
+
+    free queue      blocks nobody holds, in the order they will be handed out. A freed block
+                    that is not full goes to the FRONT (reused first); a full one goes to the
+                    BACK (kept as long as possible: least recently freed is reused first, an
+                    LRU), since vLLM has a cache entry for every full block. (servesim gives one
+                    only to blocks someone else could find, see kv_cache.py.) A request frees its
+                    blocks tail first, so its last blocks are reused before its first ones: the
+                    shared prefix lives longest.
+    ref counts      a block hit by a second request is held twice; it is free only when
+                    every holder let go
+    cache entries   with prefix caching, a full block can be found by the hash of its content
+                    (chained over every earlier block, see kv_cache.py). The entry stays when the
+                    block is freed and is dropped only when the block is handed out again (lazy
+                    eviction); a hit on a free block takes it out of the free queue (`touch`).
+
+Block 0 is vLLM's null block, never handed out, so usable ids are 1 .. num_blocks, as in vLLM.
+The free queue is kept in three parts, so that a pool of millions of blocks costs nothing until
+used: the freed blocks that are not full (front), the blocks never used yet (in id order), and
+the freed full blocks (back, in freeing order). Only the back can be hit, so only it ever loses a
+block from its middle: `touch` just forgets the block there (`_in_back`) and notes the copy left
+behind (`_left_behind`), which is skipped when it reaches the head. Likewise only the holders
+beyond a block's first are counted (`_extra_holders`). So with no block shared, a request's
+blocks are freed, and handed out again, a whole run at a time.
+"""
+
+from collections import deque
+from typing import Optional
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self._front: deque[int] = deque()                  # freed, no cache entry
+        self._next_unused = 1                              # never used: _next_unused .. num_blocks
+        self._back: deque[int] = deque()                   # freed full blocks, oldest first,
+        self._in_back: set[int] = set()                    # those truly there,
+        self._left_behind: dict[int, int] = {}             # and the copies touch left behind
+        self._extra_holders: dict[int, int] = {}           # shared blocks -> holders beyond 1
+        self._entry_of: dict[int, int] = {}                # block -> the hash it is cached under
+        self._blocks_of: dict[int, list[int]] = {}         # hash -> blocks cached under it
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks nobody holds, those still holding a cache entry included (as vLLM counts)."""
+        return len(self._front) + (self.num_blocks + 1 - self._next_unused) + len(self._in_back)
+
+    def take(self, count: int) -> list[int]:
+        """The `count` blocks at the front of the free queue, each now held once; any cache
+        entry they still held is dropped (evicted). The caller checked there are enough."""
+        front = self._front
+        taken = [front.popleft() for _ in range(min(count, len(front)))]
+        num_unused = min(count - len(taken), self.num_blocks + 1 - self._next_unused)
+        taken += range(self._next_unused, self._next_unused + num_unused)
+        self._next_unused += num_unused
+        if len(taken) < count:
+            taken += self._take_from_back(count - len(taken))
+        return taken
+
+    def _take_from_back(self, count: int) -> list[int]:
+        """The `count` least recently freed full blocks, their cache entries dropped."""
+        back, entry_of = self._back, self._entry_of
+        left_behind = self._left_behind
+        if left_behind:  # skip the copies of blocks that left the queue
+            taken = []
+            while len(taken) < count:
+                block_id = back.popleft()
+                if block_id in left_behind:
+                    self._drop_copy_left_behind(block_id)
+                else:
+                    taken.append(block_id)
+        else:
+            taken = [back.popleft() for _ in range(count)]
+        self._in_back.difference_update(taken)
+        if entry_of:
+            for block_id in taken:
+                if block_id in entry_of:
+                    self._evict(block_id)
+        return taken
+
+    def _drop_copy_left_behind(self, block_id: int) -> None:
+        copies = self._left_behind[block_id]
+        if copies == 1:
+            del self._left_behind[block_id]
+        else:
+            self._left_behind[block_id] = copies - 1
+
+    def free(self, block_ids: list[int], num_cached_blocks: int) -> None:
+        """A request lets go of its blocks (`block_ids` in its block table's order, of which the
+        first `num_cached_blocks` are full and hold a cache entry). Freed tail first; a block
+        still held by another request stays where it is."""
+        if not self._extra_holders:  # nobody shares a block: every one of them is freed
+            self._front.extendleft(block_ids[num_cached_blocks:])  # the tail block frontmost
+            full = block_ids[:num_cached_blocks]
+            self._back.extend(reversed(full))
+            self._in_back.update(full)
+            return
+        no_entry, with_entry = [], []
+        for index in range(len(block_ids) - 1, -1, -1):
+            block_id = block_ids[index]
+            if self._still_held(block_id):
+                continue
+            if index < num_cached_blocks:
+                with_entry.append(block_id)
+            else:
+                no_entry.append(block_id)
+        self._front.extendleft(reversed(no_entry))  # at the front, tail block first
+        self._back.extend(with_entry)
+        self._in_back.update(with_entry)
+
+    def _still_held(self, block_id: int) -> bool:
+        """One holder let go of a block: does another one still hold it?"""
+        extra = self._extra_holders.get(block_id)
+        if extra is None:
+            return False
+        if extra == 1:
+            del self._extra_holders[block_id]
+        else:
+            self._extra_holders[block_id] = extra - 1
+        return True
+
+    # -- prefix caching ----------------------------------------------------------------------
+
+    def cache(self, block_id: int, block_hash: int) -> None:
+        """A held, full block can now be found by its content's hash. A second block with the
+        same content gets an entry too (vLLM does not de-duplicate): the first stays the one
+        found."""
+        self._entry_of[block_id] = block_hash
+        self._blocks_of.setdefault(block_hash, []).append(block_id)
+
+    def find(self, block_hash: int) -> Optional[int]:
+        """A block holding this content, held or free, or None."""
+        blocks = self._blocks_of.get(block_hash)
+        return blocks[0] if blocks else None
+
+    def touch(self, block_ids: list[int]) -> None:
+        """Prefix hits: each block is held once more; a free one leaves the free queue."""
+        for block_id in block_ids:
+            if block_id in self._in_back:  # free: it leaves the queue, now held once
+                self._in_back.remove(block_id)
+                self._left_behind[block_id] = self._left_behind.get(block_id, 0) + 1
+            else:
+                self._extra_holders[block_id] = self._extra_holders.get(block_id, 0) + 1
+
+    def is_free(self, block_id: int) -> bool:
+        """Of a block holding a cache entry: nobody holds it (it waits at the back)."""
+        return block_id in self._in_back
+
+    def _evict(self, block_id: int) -> None:
+        """The block is handed out again: its content can no longer be found here. (A full block
+        of content nobody else has, freed by a finished request, has no entry to drop.)"""
+        block_hash = self._entry_of.pop(block_id)
+        blocks = self._blocks_of[block_hash]
+        blocks.remove(block_id)
+        if not blocks:
+            del self._blocks_of[block_hash]
