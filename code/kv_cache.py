@@ -79,9 +79,12 @@ class PagedKVCache:
     def can_fit(self, request_id: str, num_total_tokens: int) -> bool:
         return self.num_new_blocks_needed(request_id, num_total_tokens) <= self.num_free_blocks
 
-    def allocate_slots(self, request_id: str, num_computed: int, num_new_tokens: int) -> bool:
-        """Make room for `num_new_tokens` after `num_computed`; False (nothing taken) if full."""
-        num_new_blocks = self.num_new_blocks_needed(request_id, num_computed + num_new_tokens)
+    def allocate_slots(self, request_id: str, num_computed: int, num_new_tokens: int,
+                       num_lookahead_tokens: int = 0) -> bool:
+        """Make room for `num_new_tokens` after `num_computed`, and for `num_lookahead_tokens`
+        more that a speculative proposer writes ahead; False (nothing taken) if full."""
+        num_new_blocks = self.num_new_blocks_needed(
+            request_id, num_computed + num_new_tokens + num_lookahead_tokens)
         if num_new_blocks > len(self.pool.free_block_ids):
             return False
         if num_new_blocks:  # the tokens cross into blocks the request does not hold yet
@@ -100,6 +103,11 @@ class PagedKVCache:
         """`num_decodes` decodes each cache one more token (the ones that crossed into a new
         block took it with `append_blocks`): together, `allocate_slots(id, computed, 1)` each."""
         self.num_used_slots += num_decodes
+
+    def drop_rejected_drafts(self, num_rejected: int) -> None:
+        """The target rejected drafts it had cached: their slots hold no token any more. The
+        blocks stay with the request; its next tokens overwrite those slots (as in vLLM)."""
+        self.num_used_slots -= num_rejected
 
     def free(self, request_id: str, num_cached_tokens: int) -> None:
         """Return every block of the request, which held `num_cached_tokens` tokens, to the pool

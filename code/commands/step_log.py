@@ -6,7 +6,9 @@
 `time_s` is the virtual clock when the step began (rounded to the microsecond, `step_ms` too);
 `scheduled` lists request ids with the tokens each computed, in the scheduler's order (running
 first, then newly admitted); `num_free_blocks` is counted after the step (null for the contiguous allocator of NAIVE and STATIC, which has no
-blocks). The file appears only when the whole run succeeded: it is written beside the target
+blocks). With speculative decoding `scheduled` counts the drafts each decode verified, and a step
+that verified some adds `drafts`: request id -> [drafts verified, drafts accepted]. The file
+appears only when the whole run succeeded: it is written beside the target
 and renamed at the end (output_files.py), so a failed run leaves nothing half-written.
 """
 
@@ -44,4 +46,7 @@ class StepLogLines:
             "finished": [r.request_id for r in step.result.finished],
             "num_free_blocks": step.num_free_blocks,
         }
+        if step.result.verified:
+            line["drafts"] = {request.request_id: [num_drafts, num_accepted]
+                              for request, num_drafts, num_accepted in step.result.verified}
         self._file.write(json.dumps(line) + "\n")
