@@ -138,6 +138,12 @@ def test_eagle3_pays_off_one_request_at_a_time_and_loses_its_gain_when_compute_b
     gain = busy_eagle["output_throughput"] / busy["output_throughput"]
     assert gain < 1.25                                        # toward 1x: verifying is paid now
     assert gain < alone_eagle["output_throughput"] / alone["output_throughput"] - 0.8
+    # A draft model's 16 layers cost more than the head's one: less gain alone, none when busy.
+    draft = parse_speculative_config(DRAFT_MODEL)
+    alone_draft, busy_draft = decode_bound(1, draft), decode_bound(256, draft)
+    assert 1.5 < alone["mean_tpot_ms"] / alone_draft["mean_tpot_ms"] < (
+        alone["mean_tpot_ms"] / alone_eagle["mean_tpot_ms"])
+    assert busy_draft["output_throughput"] / busy["output_throughput"] < 1.02
 
 
 @pytest.mark.parametrize("keys, flags", [(NGRAM, ["--spec-acceptance-rate", "0.5"]),

@@ -34,8 +34,8 @@ def header_lines(config, plan, model_name, gpu_name, workload) -> list[str]:
         f"workload: {workload.description}",
     ]
     if config.speculative_config is not None:
-        lines.append(textwrap.fill(config.speculative_config.describe(), width=100,
-                                   subsequent_indent="  "))
+        lines += textwrap.wrap(config.speculative_config.describe(), width=100,
+                               subsequent_indent="  ")
     return lines
 
 
@@ -123,11 +123,11 @@ def speculation_lines(rows: list[tuple[str, dict]]) -> list[str]:
             continue
         per_position = "/".join(f"{100 * rate:.0f}"
                                 for rate in metrics["spec_decode_per_position_acceptance_rates"])
-        lines.append(
+        lines += textwrap.wrap(
             f"{name}: {metrics['spec_decode_num_drafts']:,} drafts verified, "
             f"{metrics['spec_decode_acceptance_rate']:.1f}% of their tokens accepted, mean "
             f"acceptance length {metrics['spec_decode_mean_acceptance_length']:.2f}, per position "
-            f"{per_position}%")
+            f"{per_position}%", width=100, subsequent_indent="  ")
     return lines
 
 
