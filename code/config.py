@@ -1,7 +1,8 @@
 """The serving flags: one frozen dataclass of engine knobs, named and defaulted as vLLM names them.
 
 Every field maps 1:1 to a command-line flag (`max_num_seqs` <-> `--max-num-seqs`), except
-`default_chunked_budget`, which only the knob `MAX_NUM_BATCHED_TOKENS` in code/main.py sets. Where
+`default_chunked_budget`, which only the knob `MAX_NUM_BATCHED_TOKENS` in code/main.py sets
+(and `speculative_config` also holds servesim's `--spec-acceptance-rate`). Where
 servesim's default differs from vLLM's, the comment says why. `validate()` turns a bad value into
 one `ConfigError` line that names the setting and what would be valid; the CLI prints it and exits
 with status 2, as `vllm serve` refuses such a config at start-up.

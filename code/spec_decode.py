@@ -196,8 +196,9 @@ class SpeculativeConfig:
     method: str                            # ngram, ngram_gpu, eagle, eagle3, draft_model
     num_speculative_tokens: int            # k, drafts per step
     model: Optional[str] = None            # draft_model: a --model preset; eagle*: the head
-    prompt_lookup_min: Optional[int] = None  # n-gram: shortest match looked up (tokens)
-    prompt_lookup_max: Optional[int] = None  # n-gram: longest match looked up (tokens)
+    prompt_lookup_min: Optional[int] = None  # n-gram: shortest match looked up (tokens); read
+    prompt_lookup_max: Optional[int] = None  # and checked as vLLM does, without effect here:
+    #                                          servesim has no tokens to match
     draft_tensor_parallel_size: Optional[int] = None  # None: the target's
     rejection_sample_method: str = "standard"  # or "synthetic": acceptance as given below
     synthetic_acceptance_rates: Optional[tuple] = None   # per position, unconditional
@@ -297,8 +298,8 @@ class SpeculativeConfig:
             raise ConfigError(f"--speculative-config draft_tensor_parallel_size "
                               f"{self.draft_tp(target_tp)}: vLLM's draft models run at the "
                               f"target's --tensor-parallel-size {target_tp}; give {target_tp}")
-        target, draft = MODELS[target_name], MODELS[self.model]
-        if draft.vocab_size != target.vocab_size:
+        target, draft = MODELS.get(target_name), MODELS[self.model]
+        if target is not None and draft.vocab_size != target.vocab_size:  # (unknown: see lookup)
             raise ConfigError(f"--speculative-config model {self.model} has a vocabulary of "
                               f"{draft.vocab_size:,} tokens and --model {target_name} one of "
                               f"{target.vocab_size:,}: target and draft must share it (vLLM "
@@ -321,8 +322,8 @@ class SpeculativeConfig:
 
     def describe(self) -> str:
         """One line for the report header."""
-        proposer = {"ngram": "n-gram lookup in the tokens so far (CPU, no GPU work)",
-                    "ngram_gpu": "n-gram lookup in the tokens so far (GPU, negligible work)",
+        proposer = {"ngram": "n-gram lookup in the tokens so far, on the CPU: no GPU work",
+                    "ngram_gpu": "n-gram lookup in the tokens so far, on the GPU: no model",
                     "eagle": "EAGLE head: 1 layer of the target's width",
                     "eagle3": f"EAGLE-3 head: 1 layer of the target's width, a "
                               f"{EAGLE3_DRAFT_VOCAB_SIZE:,}-token vocabulary",

@@ -200,3 +200,38 @@ def test_bad_speculative_input_is_one_line_and_exit_status_2(capsys, argv, words
 def test_compare_refuses_the_default_modes_naming_the_knob_and_what_to_type(capsys):
     code, _, err = servesim_here(capsys, "compare", "--speculative-config", EAGLE3)
     assert code == 2 and "--mode continuous,chunked" in err
+
+
+@pytest.mark.parametrize("keys, method", [
+    ({"model": "ngram"}, "ngram"), ({"method": "[ngram]"}, "ngram"),
+    ({"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}, "eagle"),
+    ({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, "eagle3"),
+    ({"model": "llama-3.2-1b"}, "draft_model"),
+    ({"method": "draft_model", "model": "my-eagle3-but-a-draft"}, "draft_model"),
+])
+def test_the_method_is_inferred_from_the_model_as_vllm_infers_it(keys, method):
+    keys = {**keys, "num_speculative_tokens": 2}
+    assert parse_speculative_config(json.dumps(keys)).method == method
+
+
+def test_ngram_looks_up_5_to_5_tokens_unless_told_and_one_bound_copies_the_other():
+    window = [(c.prompt_lookup_min, c.prompt_lookup_max) for c in (
+        parse_speculative_config(NGRAM),
+        parse_speculative_config(NGRAM.replace("}", ', "prompt_lookup_max": 3}')),
+        parse_speculative_config(NGRAM.replace("}", ', "prompt_lookup_min": 2}')))]
+    assert window == [(5, 5), (3, 3), (2, 2)]
+
+
+def test_acceptance_comes_from_the_flag_vllm_s_synthetic_keys_or_the_measured_default():
+    eagle3 = parse_speculative_config(EAGLE3)
+    assert eagle3.acceptance().per_position() == pytest.approx((0.7296, 0.5208, 0.3545))
+    longer = replace(eagle3, num_speculative_tokens=5).acceptance().conditional_rates
+    assert longer[3:] == (longer[2], longer[2])  # past the measured positions: the last rate
+    assert replace(eagle3, acceptance_rate=0.4).acceptance().conditional_rates == (0.4,) * 3
+    by_length = json.loads(EAGLE3) | {"rejection_sample_method": "synthetic",
+                                      "synthetic_acceptance_length": 2.5}
+    # vLLM's least-spread rates for a mean length of 2.5: the first draft always, the second half
+    assert parse_speculative_config(json.dumps(by_length)).acceptance().per_position() == (
+        1.0, 0.5, 0.0)
+    draft = parse_speculative_config(DRAFT_MODEL).acceptance().per_position()
+    assert 1 + sum(draft) == pytest.approx(2.86)  # vLLM's reference mean acceptance length

@@ -329,7 +329,8 @@ def add_parser(subparsers, knobs: Knobs) -> None:
                     "computes or simulates under the lesson's setup (Llama-3.3-70B FP8 on one "
                     "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
                     "limit that decides it (memory capacity, bandwidth floor, compute peak, fixed "
-                    "costs).")
+                    "costs); for the claim about what vLLM v0.18.0 accepts, what each version's "
+                    "code does, beside servesim serving it.")
     parser.set_defaults(command=run_lesson_check)
 
 
