@@ -2,8 +2,8 @@
 
 Acceptance is pinned with vLLM's synthetic rates, so every step is exact: rates (1, 1, 1) accept
 every draft, (1, 0, 0) exactly one, (0, 0, 0) none. Each table was also run through vLLM 0.30.0's
-own Scheduler with a fake model runner (a throwaway driver, see the README section on
-speculative decoding): the same tokens, drafts, computed tokens and free blocks.
+own Scheduler with a fake model runner (a throwaway driver outside the project, see the README
+section on speculative decoding): the same tokens, drafts, computed tokens and free blocks.
 """
 
 import json

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from batch import SchedulerOutput
-from config import ConfigError, EngineConfig
+from config import EngineConfig
 from conftest import make_request, make_workload, servesim, servesim_here
 from forward_model import make_clock
 from gpu_memory import plan_memory
