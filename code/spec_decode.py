@@ -28,8 +28,8 @@ decode costs almost nothing while a step is memory-bound (the weights are read a
 `drafting_time_s` below. With acceptance a per draft the target emits, on average,
 (1 - a^(k+1)) / (1 - a) tokens per step.
 
-Left out: async scheduling (on by default in vLLM for EAGLE and draft models: it schedules the
-next step before this one's drafts are known), tree drafting, n-gram steps that find no match
+Left out: async scheduling (0.30.0's default with EAGLE, draft models and ngram_gpu: it schedules
+the next step before this one's drafts are known), tree drafting, n-gram steps that find no match
 (vLLM then drafts nothing for the request; servesim's n-gram always drafts k), padding a newly
 admitted one-token step to 1 + k for CUDA graphs (0.30.0), and, with prefix caching, EAGLE's
 recomputing of the last cached block. Facts and sources: ../shared/notes/vllm-v1-specdec-prefix.md
