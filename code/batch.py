@@ -24,13 +24,16 @@ from request import Request
 @dataclass(slots=True)
 class ScheduledRequest:
     request: Request
-    num_new_tokens: int       # tokens computed for this request in this step
+    num_new_tokens: int       # tokens computed for this request in this step (drafts included)
     num_context_tokens: int   # tokens already in its KV cache, which the new ones attend to
+    num_draft_tokens: int = 0  # of the new tokens, drafts to verify (speculative decoding)
 
     @property
     def is_decode(self) -> bool:
-        """One new token after the whole prompt: the token sampled last step being fed back."""
-        return self.num_new_tokens == 1 and self.num_context_tokens >= self.request.prompt_len
+        """One new token after the whole prompt: the token sampled last step being fed back
+        (with the drafts proposed after it, if any)."""
+        return (self.num_new_tokens - self.num_draft_tokens == 1
+                and self.num_context_tokens >= self.request.prompt_len)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ class SchedulerOutput:
     num_scheduled_tokens: int = 0  # new tokens, summed over the batch
     num_context_tokens: int = 0    # cached tokens they attend to, summed
     num_attention_pairs: int = 0   # (query, key) pairs of causal attention, summed
-    num_decode_tokens: int = 0     # new tokens that were decodes (the rest are prompt tokens)
+    num_decode_tokens: int = 0     # new tokens of decodes, drafts included (the rest: prompts)
     num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch
     prefix_lookups: list[PrefixLookup] = field(default_factory=list)  # admitted, caching on
 
@@ -68,8 +71,9 @@ class SchedulerOutput:
     def num_seqs(self) -> int:
         return len(self.scheduled) + self.num_bulk_decodes
 
-    def add(self, request: Request, num_new_tokens: int, num_context_tokens: int) -> None:
-        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens)
+    def add(self, request: Request, num_new_tokens: int, num_context_tokens: int,
+            num_draft_tokens: int = 0) -> None:
+        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens, num_draft_tokens)
         self.scheduled.append(scheduled)
         self.num_scheduled_tokens += num_new_tokens
         self.num_context_tokens += num_context_tokens
@@ -77,7 +81,7 @@ class SchedulerOutput:
         self.num_attention_pairs += (num_new_tokens * num_context_tokens
                                      + num_new_tokens * (num_new_tokens + 1) // 2)
         if scheduled.is_decode:
-            self.num_decode_tokens += 1
+            self.num_decode_tokens += num_new_tokens
 
     def add_decodes(self, num_decodes: int, num_context_tokens: int) -> None:
         """`num_decodes` decodes of one token each, attending to `num_context_tokens` in all:
@@ -98,18 +102,30 @@ class StepResult:
     itls: list[tuple[float, int]] = field(default_factory=list)  # (gap before a token, s; how many
     #                                                               tokens followed that gap)
     finished: list[Request] = field(default_factory=list)
+    # Speculative decoding: (request, drafts verified, drafts accepted) per request verified
+    verified: list[tuple[Request, int, int]] = field(default_factory=list)
+    num_extra_tokens: int = 0   # tokens beyond one per sampled request (accepted drafts)
 
     @property
     def num_sampled(self) -> int:
+        """Requests that got output in the step."""
         return len(self.sampled) + self.num_bulk_sampled
 
-    def sample(self, request: Request, now_s: float, max_model_len: int) -> bool:
-        """The step ending at `now_s` sampled one output token for `request`.
+    @property
+    def num_output_tokens(self) -> int:
+        return self.num_sampled + self.num_extra_tokens
+
+    def sample(self, request: Request, now_s: float, max_model_len: int,
+               num_tokens: int = 1) -> bool:
+        """The step ending at `now_s` sampled one output token for `request` (or `num_tokens`,
+        accepted drafts with it: they reach the client together, after one gap, as `vllm bench
+        serve` counts a streamed chunk).
 
         Returns whether that token was its last (it is then FINISHED; the scheduler frees its KV).
         """
-        itl_s = request.append_output_token(now_s)
+        itl_s = request.append_output_token(now_s, num_tokens)
         self.sampled.append(request)
+        self.num_extra_tokens += num_tokens - 1
         if itl_s is None:
             self.first_tokens.append(request)  # its time to first token ends here
         else:

@@ -1,14 +1,18 @@
 """The serving flags: one frozen dataclass of engine knobs, named and defaulted as vLLM names them.
 
 Every field maps 1:1 to a command-line flag (`max_num_seqs` <-> `--max-num-seqs`), except
-`default_chunked_budget`, which only the knob `MAX_NUM_BATCHED_TOKENS` in code/main.py sets. Where
+`default_chunked_budget`, which only the knob `MAX_NUM_BATCHED_TOKENS` in code/main.py sets
+(and `speculative_config` also holds servesim's `--spec-acceptance-rate`). Where
 servesim's default differs from vLLM's, the comment says why. `validate()` turns a bad value into
 one `ConfigError` line that names the setting and what would be valid; the CLI prints it and exits
 with status 2, as `vllm serve` refuses such a config at start-up.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:  # spec_decode imports this module for ConfigError
+    from spec_decode import SpeculativeConfig
 
 # With chunked prefill on, servesim slices prompts into the lesson's ~512-token chunks. vLLM V0
 # used 512 too; V1's `vllm serve` defaults to 2048 (8192 on GPUs with >= 70 GiB, A100 excepted),
@@ -53,6 +57,8 @@ class EngineConfig:
     #                                     when --max-num-batched-tokens is not given: the lesson's
     #                                     512-token slice (knob MAX_NUM_BATCHED_TOKENS)
     long_prefill_token_threshold: int = 0  # >0 caps one request's prompt tokens per step
+    speculative_config: Optional["SpeculativeConfig"] = None  # --speculative-config
+    #                                     (spec_decode.py); None: no speculative decoding
     batching_window_ms: float = 10.0    # STATIC: how long the oldest request waits for a full batch
     # -- the virtual clock (forward_model.py) --
     forward_model: str = "roofline"     # "roofline" (honest) or "linear" (the lesson toy's clock)
@@ -99,6 +105,8 @@ class EngineConfig:
             if getattr(self, field_name) < 0:
                 raise ConfigError(f"{name(field_name)} must be >= 0, "
                                   f"got {getattr(self, field_name)}")
+        if self.speculative_config is not None:
+            self.speculative_config.validate(self.model, self.tensor_parallel_size)
 
     def validate_unchunked_budget(self, name: Callable[[str], str] = flag_name) -> None:
         """Without chunked prefill every prompt runs whole, so the budget must hold the longest.

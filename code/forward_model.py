@@ -28,18 +28,22 @@ than one decode step. Continuous batching wins because of that asymmetry.
 
 Every constant below is global: the same for every model and GPU, each fixed by the published
 measurements `python code/main.py calibration` replays (README: "How close is the clock?").
-Left out: activations' own memory traffic, the attention kernel's tiling, speculative decoding,
+With speculative decoding (`SpeculativeClock`) the batch already holds the drafts to verify,
+1 + k tokens per decode, and the proposer's passes are priced by this same clock run on the
+drafter's shapes. Left out: activations' own memory traffic, the attention kernel's tiling,
 CPU-side work that grows with the batch (Python scheduling, detokenization), HTTP and
 tokenization. `LinearClock` is the lesson toy's clock, kept to show why its table came out
 upside down: it charges every decode token a fixed cost, as if a GPU had no weights to share.
 """
 
 import math
+from dataclasses import replace
+from typing import Optional
 
 from batch import SchedulerOutput
 from config import EngineConfig
 from gpu_memory import lookup
-from presets import DTYPE_BYTES
+from presets import DTYPE_BYTES, ModelSpec
 
 # Achievable fractions of the datasheet peaks, by the precision of the multiply. In isolation an
 # H100's cuBLASLt FP8 GEMM of 8192^3 reaches about 81% of the dense FP8 peak (public cross-check
@@ -97,10 +101,17 @@ class RooflineClock:
 
     Everything that depends only on the model, the GPU and the tensor-parallel degree is
     worked out once here, so that `price` is a handful of multiplications per step.
+
+    `model` prices another model on the same GPUs instead: a speculative drafter, whose passes
+    run inside the target's step and so pay their layers' fixed costs but not the step's
+    (`in_target_step`: the scheduling, the hand-over and the wait for sampled tokens are the
+    target step's, paid once).
     """
 
-    def __init__(self, config: EngineConfig):
-        model, gpu = lookup(config)
+    def __init__(self, config: EngineConfig, model: Optional[ModelSpec] = None,
+                 in_target_step: bool = False):
+        target, gpu = lookup(config)
+        model = model or target
         tp = config.tensor_parallel_size
         # Per GPU: tensor parallelism splits every matrix and every KV head group tp ways.
         self.linear_params = model.num_linear_params / tp
@@ -126,7 +137,8 @@ class RooflineClock:
                                        / (gpu.interconnect_gbs * 1e9 * LINK_EFFICIENCY))
         # What every step pays, whatever it carries: per-layer and per-step work, and the
         # latency of its all-reduces.
-        self.fixed_s = (model.num_layers * LAYER_FIXED_S + STEP_FIXED_S
+        step_fixed_s = 0.0 if in_target_step else STEP_FIXED_S
+        self.fixed_s = (model.num_layers * LAYER_FIXED_S + step_fixed_s
                         + num_all_reduces * ALL_REDUCE_ROUND_S * math.log2(tp))
 
     def step_time_s(self, batch: SchedulerOutput) -> float:
@@ -169,5 +181,34 @@ class LinearClock:
         return self.step_s + self.prefill_token_s * 0 + self.decode_token_s * num_seqs
 
 
+class SpeculativeClock:
+    """A step with speculative decoding: the target's pass, whose batch holds the drafts to
+    verify, then the proposer's passes for the next step's drafts (spec_decode.py prices their
+    pattern with `drafter`, a RooflineClock of the drafter). Its decodes are never repeated in
+    bulk (scheduler.py), so it needs no `decode_step_time_s`."""
+
+    def __init__(self, target, drafter: RooflineClock, speculative_config):
+        self.target = target
+        self.drafter = drafter
+        self.speculative_config = speculative_config
+
+    def step_time_s(self, batch: SchedulerOutput) -> float:
+        return (self.target.step_time_s(batch)
+                + self.speculative_config.drafting_time_s(batch, self.drafter.price))
+
+
 def make_clock(config: EngineConfig):
-    return LinearClock(config) if config.forward_model == "linear" else RooflineClock(config)
+    """The clock `--forward-model` names; with a drafting model (an EAGLE head, a draft model)
+    on the roofline clock, its passes too. The lesson toy's linear clock knows no drafter:
+    verifying counts as decode tokens there, drafting is free, and n-gram needs no GPU work."""
+    if config.forward_model == "linear":
+        return LinearClock(config)
+    clock = RooflineClock(config)
+    speculative = config.speculative_config
+    drafter = speculative.drafter_model(lookup(config)[0]) if speculative else None
+    if drafter is None:
+        return clock
+    drafter_config = replace(config, tensor_parallel_size=speculative.draft_tp(
+        config.tensor_parallel_size))
+    return SpeculativeClock(clock, RooflineClock(drafter_config, drafter, in_target_step=True),
+                            speculative)

@@ -13,6 +13,12 @@ context, cuBLAS and NCCL workspaces, CUDA-graph pools) is charged as a flat 1 Gi
 Llama-3.3-70B FP8 on one H100 at utilization 0.95 with FP8 KV gets 5.13 GiB of KV (33,600
 tokens); vLLM printed 5.11 GiB (33,504 tokens) for that setup.
 
+With speculative decoding an EAGLE head or a draft model is loaded beside the target, and its
+layers keep their KV in the same blocks as the target's (vLLM puts them in one KV-cache group):
+the drafter's weights come off the memory first, and every cached token holds the drafter's KV
+too (Llama-3.2-1B drafting for Llama-3.1-8B: 32 KiB on top of 128 KiB). The drafter's own
+activations are left out of the reserve.
+
 `--num-gpu-blocks-override` skips all of this, as in vLLM.
 """
 
@@ -31,9 +37,10 @@ LOGITS_BYTES = 4                   # the sampler works on FP32 logits
 class MemoryPlan:
     """One GPU's memory as vLLM lays it out (with tensor parallelism, every GPU looks alike)."""
     usable_bytes: int             # torch total x gpu_memory_utilization
-    weight_bytes: int             # this GPU's shard of the weights
+    weight_bytes: int             # this GPU's shard of the weights (a drafter's included)
     activation_reserve_bytes: int
-    kv_bytes_per_token: int       # this GPU's shard of one token's keys and values
+    kv_bytes_per_token: int       # this GPU's shard of one token's keys and values (target's
+    #                               layers, and a drafter's)
     block_size: int
     num_gpu_blocks: int           # KV blocks in the pool
     overridden: bool = False      # num_gpu_blocks came from --num-gpu-blocks-override
@@ -82,6 +89,12 @@ def plan_memory(config: EngineConfig) -> MemoryPlan:
     weights = model.weight_bytes // tp
     reserve = activation_reserve_bytes(model, gpu, config)
     kv_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) // tp
+    speculative = config.speculative_config
+    drafter = speculative.drafter_model(model) if speculative else None
+    if drafter is not None:
+        draft_tp = speculative.draft_tp(tp)
+        weights += drafter.weight_bytes // draft_tp
+        kv_per_token += drafter.kv_bytes_per_token(config.kv_cache_dtype) // draft_tp
     block_bytes = kv_per_token * config.block_size
     if config.num_gpu_blocks_override is not None:
         num_blocks: Optional[int] = config.num_gpu_blocks_override

@@ -50,9 +50,11 @@ def num_blocks_for(num_tokens: int, block_size: int) -> int:
 class PagedKVCache:
     """Per-request block tables over one BlockPool (vLLM's KVCacheManager)."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
+                 drop_last_hit: bool = False):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.drop_last_hit = drop_last_hit  # EAGLE: the head needs the last hit block recomputed
         self.pool = BlockPool(num_blocks)
         self.block_tables: dict[str, list[int]] = {}
         self.num_empty_slots = 0  # in held blocks, slots holding no token (the requests' tails)
@@ -88,10 +90,13 @@ class PagedKVCache:
         num_needed += sum(1 for block_id in cached_blocks if self.pool.is_free(block_id))
         return num_needed <= self.num_free_blocks
 
-    def allocate_slots(self, request: Request, num_computed: int, num_new_tokens: int) -> bool:
-        """Make room for `num_new_tokens` after `num_computed`; False (nothing taken) if full."""
+    def allocate_slots(self, request: Request, num_computed: int, num_new_tokens: int,
+                       num_lookahead_tokens: int = 0) -> bool:
+        """Make room for `num_new_tokens` after `num_computed`, and for `num_lookahead_tokens`
+        more that a speculative proposer writes ahead; False (nothing taken) if full."""
         request_id = request.request_id
-        num_new_blocks = self.num_new_blocks_needed(request_id, num_computed + num_new_tokens)
+        num_new_blocks = self.num_new_blocks_needed(
+            request_id, num_computed + num_new_tokens + num_lookahead_tokens)
         if num_new_blocks > self.pool.num_free_blocks:
             return False
         if num_new_blocks:  # the tokens cross into blocks the request does not hold yet
@@ -114,6 +119,11 @@ class PagedKVCache:
         """`num_decodes` decodes each cache one more token (the ones that crossed into a new
         block took it with `append_blocks`): together, `allocate_slots(r, computed, 1)` each."""
         self.num_empty_slots -= num_decodes
+
+    def drop_rejected_drafts(self, num_rejected: int) -> None:
+        """The target rejected drafts it had cached: their slots hold no token any more. The
+        blocks stay with the request; its next tokens overwrite those slots (as in vLLM)."""
+        self.num_empty_slots += num_rejected
 
     def free(self, request: Request, preempted: bool = False) -> None:
         """Return every block of the request to the pool (it finished or was preempted). Its full
@@ -147,6 +157,8 @@ class PagedKVCache:
             if block_id is None:
                 break
             blocks.append(block_id)
+        if self.drop_last_hit and blocks:  # its hidden states feed the EAGLE head's drafts
+            blocks.pop()
         return blocks
 
     def admit_cached(self, request: Request, cached_blocks: list[int]) -> None:

@@ -8,13 +8,15 @@ like the lesson's `while True`: admit arrivals, let the scheduler build a batch,
 on the virtual clock, advance the clock, apply the step. Then read, one lesson concept a file:
 
     request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py  config.py
-    forward_model.py  gpu_memory.py  presets.py  workload.py  arrivals.py  metrics.py  goodput.py
+    spec_decode.py  forward_model.py  gpu_memory.py  presets.py  workload.py  arrivals.py
+    metrics.py  goodput.py
     running_decodes.py (speed only: the bookkeeping that lets a step cost what changes in it)
 
 The shell around the engine (commands, reports, trace formats) lives in code/commands,
 code/reports and code/traces; README.md lists every file in reading order.
 """
 
+import random
 import sys
 from typing import Optional
 
@@ -37,8 +39,12 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
              progress=None) -> RunRecorder:
     """Serve every request of `workload` in `mode`; return what was recorded. `progress`, if
     given, is called with the recorder and the clock after every step (to report a long run)."""
-    scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks)
-    scheduler.bulk_decodes = not any(needs_every_request(observe) for observe in observers)
+    # Speculative decoding draws how many drafts the target accepts: from this generator,
+    # seeded by the workload's --seed (0 for a trace), so a run gives the same bytes every time.
+    acceptance_rng = random.Random(f"acceptance {workload.params.get('seed', 0)}")
+    scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks, acceptance_rng)
+    scheduler.bulk_decodes = scheduler.bulk_decodes and not any(needs_every_request(observe)
+                                                                for observe in observers)
     kv_cache = scheduler.kv_cache
     arrivals = workload.arrivals()
     recorder = RunRecorder(kv_cache.num_total_slots, mode.caches_prefixes(config))

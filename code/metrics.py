@@ -17,6 +17,11 @@ ITLs are many (one per output token), so the recorder counts equal gaps once: a 
 exactly what the expanded list would. And the recorder keeps no request: when one ends, it
 notes its five numbers (arrival, prompt length, first and last token time, output tokens) in
 arrays, so memory stays flat with the number of requests.
+
+With speculative decoding a step can give a request several tokens at once (accepted drafts
+and the target's own). A client streaming the answer receives them together, so `vllm bench
+serve` records one gap for them, and so does servesim: ITL counts gaps between arrivals of
+output, TPOT divides by tokens. The drafts' counters are vLLM's (spec_decode.SpecDecodingStats).
 """
 
 import bisect
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from batch import DecodeRun, SchedulerOutput, StepResult
 from goodput import add_request_goodput
 from request import Request, RequestStatus
+from spec_decode import SpecDecodingStats
 
 IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per request
 
@@ -133,6 +139,7 @@ class RunRecorder:
         self.reserved_slot_seconds = 0.0  # KV slots reserved x how long
         self.wasted_slot_seconds = 0.0    # reserved but holding no real token
         self.peak_reserved_slots = 0
+        self.spec_decoding = SpecDecodingStats()  # drafts verified, with speculative decoding
 
     def on_arrival(self, request: Request) -> None:
         request.arrival_index = len(self.status)
@@ -173,6 +180,8 @@ class RunRecorder:
         itl_counts = self.itl_counts
         for itl_s, count in result.itls:
             itl_counts[itl_s] += count
+        for _, num_drafts, num_accepted in result.verified:
+            self.spec_decoding.observe_draft(num_drafts, num_accepted)
         for request in result.finished:
             self.on_finished(request)
 
@@ -275,6 +284,8 @@ class RunRecorder:
                 "prefix_cache_resumed_queries": self.prefix_cache_resumed_queries,
                 "prefix_cache_resumed_hits": self.prefix_cache_resumed_hits,
             })
+        if self.spec_decoding.num_draft_tokens:  # as vLLM, only when drafts were verified
+            result.update(self.spec_decoding.metrics())
         return result
 
     def rejections(self) -> list[Rejection]:

@@ -9,9 +9,12 @@ calls `make_scheduler` and never asks a mode's name.
     CONTINUOUS+CHUNKED  vLLM V1, chunked prefill on                      PagedAttention
 """
 
-from config import EngineConfig, flag_name
+import random
+
+from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
 from scheduler import Scheduler
+from spec_decode import NO_SPECULATION
 from static_batching import StaticBatchScheduler
 
 
@@ -25,13 +28,20 @@ class StaticMode:
         self.one_at_a_time = one_at_a_time
 
     def check(self, config: EngineConfig, name=flag_name) -> None:
-        """Nothing beyond EngineConfig.validate: a padded batch ignores the token budget."""
+        """A padded batch ignores the token budget. Speculative decoding is a feature of vLLM
+        V1's scheduler, which these modes predate: a table with NAIVE or STATIC beside a
+        speculating mode would credit batching with what speculation did."""
+        if config.speculative_config is not None:
+            raise ConfigError(f"--speculative-config runs in vLLM V1's scheduler, the modes "
+                              f"continuous and chunked; {self.name} predates it: choose --mode "
+                              f"continuous,chunked (or one of them)")
 
     def caches_prefixes(self, config: EngineConfig) -> bool:
         """Contiguous reservations predate prefix caching: never."""
         return False
 
-    def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> StaticBatchScheduler:
+    def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
+                       acceptance_rng: random.Random) -> StaticBatchScheduler:
         kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
         if self.one_at_a_time:
             return StaticBatchScheduler(kv_cache, max_batch_size=1, batching_window_s=0.0,
@@ -58,14 +68,20 @@ class ContinuousMode:
     def caches_prefixes(self, config: EngineConfig) -> bool:
         return config.enable_prefix_caching
 
-    def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> Scheduler:
-        kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+    def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
+                       acceptance_rng: random.Random) -> Scheduler:
+        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate)."""
+        speculative = config.speculative_config
+        speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
+        kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
+                                drop_last_hit=speculative is not None and speculative.uses_eagle)
         return Scheduler(kv_cache,
                          max_num_seqs=config.max_num_seqs,
                          max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
                          max_model_len=config.max_model_len,
                          enable_chunked_prefill=self.enable_chunked_prefill,
-                         long_prefill_token_threshold=config.long_prefill_token_threshold)
+                         long_prefill_token_threshold=config.long_prefill_token_threshold,
+                         speculation=speculation)
 
 
 MODES = {

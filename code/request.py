@@ -7,7 +7,8 @@ vLLM V1 has no prefill phase and no decode phase. A request only knows two count
 
 Each step the scheduler grants it some new tokens to compute: a prompt chunk, a whole prompt, or
 the single token it sampled last step (a "decode"). Whenever computed catches up with num_tokens,
-the model samples one more output token and num_tokens grows by one.
+the model samples one more output token and num_tokens grows by one. With speculative decoding
+(spec_decode.py) a decode also carries the drafts proposed for it, which the step verifies.
 
 Status moves along one path, each transition a method that checks where it comes from:
 
@@ -127,6 +128,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
+    num_draft_tokens: int = 0  # drafts proposed for its next step (speculative decoding only)
     num_preemptions: int = 0
     first_token_s: Optional[float] = None
     last_token_s: Optional[float] = None
@@ -144,8 +146,9 @@ class Request:
 
     @property
     def num_tokens_to_compute(self) -> int:
-        """Tokens the cache is missing: the rest of the prompt, or 1 for a decode."""
-        return self.num_tokens - self.num_computed_tokens
+        """Tokens the cache is missing: the rest of the prompt, or 1 for a decode (plus its
+        drafts: vLLM's num_tokens_with_spec - num_computed_tokens)."""
+        return self.num_tokens + self.num_draft_tokens - self.num_computed_tokens
 
     @property
     def is_finished(self) -> bool:
@@ -166,6 +169,7 @@ class Request:
         assert self.status is RequestStatus.RUNNING, self.status
         self.status = RequestStatus.PREEMPTED
         self.num_computed_tokens = 0
+        self.num_draft_tokens = 0  # drafted from KV that is gone
         self.num_preemptions += 1
 
     def finish(self) -> None:
@@ -181,8 +185,9 @@ class Request:
         """Its output length is reached, or the sequence hit max_model_len (output capped)."""
         return self.num_output_tokens >= self.max_tokens or self.num_tokens >= max_model_len
 
-    def append_output_token(self, now_s: float) -> Optional[float]:
-        """The step ending at `now_s` sampled a token for this request.
+    def append_output_token(self, now_s: float, num_tokens: int = 1) -> Optional[float]:
+        """The step ending at `now_s` sampled a token for this request (or `num_tokens` at once:
+        accepted drafts and the target's own token, streamed together).
 
         Returns the inter-token latency it ends (seconds since the previous token), or None for
         the first token, which ends the time to first token instead.
@@ -191,7 +196,7 @@ class Request:
         if previous_s is None:
             self.first_token_s = now_s
         self.last_token_s = now_s
-        self.num_output_tokens += 1
+        self.num_output_tokens += num_tokens
         return None if previous_s is None else now_s - previous_s
 
 

@@ -20,6 +20,17 @@ Each step (`schedule`) decides, in this order:
 samples one output token; one that reached its output length (or `max_model_len`) finishes and
 returns its blocks in that same step.
 
+Speculative decoding (`speculation`, spec_decode.py) changes no rule, only what a decode asks
+for: the token it sampled plus the drafts proposed after it, cut to the budget and to
+`max_model_len`; its blocks also cover the proposer's lookahead slots; a draft model makes every
+scheduled request cost one more token of budget (vLLM 0.30.0's `input_budget`; 0.18.0 instead
+took `max_num_seqs` tokens off the budget up front). After the step the rejected drafts are
+given back (`_verify`) and the proposer drafts again for every request that sampled.
+
+Prefix caching (kv_cache.py) changes only admission: the head of WAITING first looks up the
+longest run of its blocks already cached; those tokens count as computed, so only the rest asks
+for budget, and the blocks it found that nobody holds count against the free ones.
+
 Those rules, one request at a time, are `_schedule_running`, `_schedule_waiting` and
 `update_from_output`. Most steps need no such care for the running decodes: each gets exactly one
 token, and only the few that cross a block boundary or finish change anything. So when every
@@ -29,8 +40,8 @@ in bulk (`_schedule_running_in_bulk`, with the bookkeeping in running_decodes.py
 exactly what the rules would; otherwise it hands them back and follows the rules.
 
 Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
-place. Left out of vLLM: speculative decoding, priorities, async scheduling,
-encoder inputs, LoRA, and the extra null block vLLM keeps in its pool.
+place. Left out of vLLM: priorities, async scheduling, encoder inputs, LoRA, and the extra null
+block vLLM keeps in its pool.
 """
 
 from collections import deque
@@ -40,22 +51,28 @@ from batch import DecodeRun, PrefixLookup, SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
 from request import Request, reject_if_it_can_never_run
 from running_decodes import RunningDecodes
+from spec_decode import NO_SPECULATION, Speculation
 
 
 class Scheduler:
     def __init__(self, kv_cache: PagedKVCache, *, max_num_seqs: int, max_num_batched_tokens: int,
                  max_model_len: int, enable_chunked_prefill: bool,
-                 long_prefill_token_threshold: int = 0):
+                 long_prefill_token_threshold: int = 0,
+                 speculation: Speculation = NO_SPECULATION):
         self.kv_cache = kv_cache
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.enable_chunked_prefill = enable_chunked_prefill
         self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.speculation = speculation
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         # -- bookkeeping for the bulk path (speed only; the rules above decide the same) --
-        self.bulk_decodes = True   # False: every request one at a time (observers need them all)
+        # False: every request one at a time (observers need them all). A speculating decode
+        # advances 1 + accepted tokens a step, drawn per request, which the group's one token
+        # a step for all (running_decodes.py) cannot follow: speculation takes the rules.
+        self.bulk_decodes = not speculation.num_speculative_tokens
         self.decodes = RunningDecodes(max_model_len, kv_cache.block_size)
         self._admission_order: dict[Request, int] = {}  # running request -> when admitted
         self._num_admitted = 0
@@ -97,25 +114,27 @@ class Scheduler:
     def _schedule_running(self, output: SchedulerOutput, token_budget: int, first: int) -> int:
         """RUNNING in admission order from index `first` (the decodes before it were scheduled
         in bulk, one token each, by `_schedule_decodes_in_bulk`)."""
-        index = first
-        while index < len(self.running) and token_budget > 0:
+        index, draft_slots = first, self.speculation.num_draft_slots
+        while index < len(self.running) and token_budget > draft_slots:
             request = self.running[index]
-            num_new_tokens = self._num_new_tokens(request, token_budget)
+            num_new_tokens = self._num_new_tokens(request, token_budget - draft_slots)
             if num_new_tokens == 0:
                 index += 1
                 continue
             if not self._allocate_or_preempt(request, num_new_tokens, output):
                 break  # it preempted itself: the pool cannot hold even the oldest requests
-            output.add(request, num_new_tokens, request.num_computed_tokens)
-            token_budget -= num_new_tokens
+            output.add(request, num_new_tokens, request.num_computed_tokens,
+                       self._take_drafts(request, num_new_tokens))
+            token_budget -= num_new_tokens + draft_slots
             index += 1
         return token_budget
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int,
                              output: SchedulerOutput) -> bool:
         """Take blocks for the new tokens, preempting from the back of RUNNING until they fit."""
+        lookahead = self._num_lookahead_tokens(request.num_computed_tokens + num_new_tokens)
         while not self.kv_cache.allocate_slots(request, request.num_computed_tokens,
-                                               num_new_tokens):
+                                               num_new_tokens, lookahead):
             victim = self.running.pop()  # the most recently admitted
             self._preempt(victim)
             output.preempted.append(victim)
@@ -132,15 +151,23 @@ class Scheduler:
         self.waiting.appendleft(request)
 
     def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> None:
-        while self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs:
+        draft_slots = self.speculation.num_draft_slots
+        while (self.waiting and token_budget > draft_slots
+               and len(self.running) < self.max_num_seqs):
             request = self.waiting[0]
             cached_blocks = self.kv_cache.find_cached_prefix(request)  # prefix caching
-            num_new_tokens = self._num_tokens_to_admit(request, token_budget, cached_blocks)
+            num_new_tokens = self._num_tokens_to_admit(request, token_budget - draft_slots,
+                                                       cached_blocks)
             if num_new_tokens is None:
                 break  # it must wait, and FCFS: nobody overtakes it
             num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
+            lookahead = self._num_lookahead_tokens(num_cached_tokens + num_new_tokens)
+            if lookahead and not self.kv_cache.can_fit(
+                    request.request_id, num_cached_tokens + num_new_tokens + lookahead,
+                    cached_blocks):
+                break  # its chunk fits, the proposer's lookahead slots beside it do not yet
             self.kv_cache.admit_cached(request, cached_blocks)
-            self.kv_cache.allocate_slots(request, num_cached_tokens, num_new_tokens)
+            self.kv_cache.allocate_slots(request, num_cached_tokens, num_new_tokens, lookahead)
             self.waiting.popleft()
             request.admit()
             request.num_computed_tokens = num_cached_tokens  # found, not computed again
@@ -152,7 +179,7 @@ class Scheduler:
                 output.prefix_lookups.append(PrefixLookup(
                     request.request_id, request.num_tokens, num_cached_tokens,
                     resumed=request.num_preemptions > 0))
-            token_budget -= num_new_tokens
+            token_budget -= num_new_tokens + draft_slots
 
     def _num_tokens_to_admit(self, request: Request, token_budget: int,
                              cached_blocks: list[int]) -> Optional[int]:
@@ -176,6 +203,21 @@ class Scheduler:
         if 0 < threshold < num_new_tokens:
             return threshold
         return num_new_tokens
+
+    def _num_lookahead_tokens(self, num_tokens_after_step: int) -> int:
+        """KV slots an EAGLE head or draft model writes past the step's tokens, up to
+        max_model_len (0 without such a proposer)."""
+        return min(self.speculation.num_lookahead_tokens,
+                   self.max_model_len - num_tokens_after_step)
+
+    @staticmethod
+    def _take_drafts(request: Request, num_new_tokens: int) -> int:
+        """How many of the request's drafts the step verifies: those that fit into its new
+        tokens (the budget or max_model_len may cut them). The rest are dropped: the proposer
+        drafts afresh after the step."""
+        num_drafts = max(0, request.num_computed_tokens + num_new_tokens - request.num_tokens)
+        request.num_draft_tokens = 0
+        return num_drafts
 
     # -- the running decodes in bulk (speed only) ---------------------------------------------
 
@@ -298,11 +340,31 @@ class Scheduler:
             request.num_computed_tokens += scheduled.num_new_tokens
             if request.num_computed_tokens < request.num_tokens:
                 continue  # a prompt chunk: the model samples nothing until the prompt is done
-            if result.sample(request, now_s, self.max_model_len):
+            if scheduled.num_draft_tokens:
+                finished = self._verify(request, scheduled.num_draft_tokens, result, now_s)
+            else:
+                finished = result.sample(request, now_s, self.max_model_len)
+            if finished:
                 self._free_finished(request)  # its blocks return to the pool at once
-            elif self.bulk_decodes:
+                continue
+            request.num_draft_tokens = self.speculation.num_speculative_tokens  # drafted now
+            if self.bulk_decodes:
                 self.decodes.join(request)
         return result
+
+    def _verify(self, request: Request, num_drafts: int, result: StepResult,
+                now_s: float) -> bool:
+        """The target checked `num_drafts` drafts: it keeps the accepted ones and its own next
+        token, and takes the rejected ones back from `num_computed_tokens` (vLLM's
+        update_from_output). Accepted tokens past the request's output length are dropped, as
+        vLLM's stop check drops them. Returns whether the request finished."""
+        num_accepted = self.speculation.num_accepted(num_drafts)
+        num_rejected = num_drafts - num_accepted
+        request.num_computed_tokens -= num_rejected
+        self.kv_cache.drop_rejected_drafts(num_rejected)
+        result.verified.append((request, num_drafts, num_accepted))
+        num_tokens = min(1 + num_accepted, request.max_tokens - request.num_output_tokens)
+        return result.sample(request, now_s, self.max_model_len, num_tokens)
 
     def _advance_decodes(self, result: StepResult, now_s: float) -> None:
         """The decode group's step: one token each, the same gap for each, a few finish."""

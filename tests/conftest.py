@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from kv_cache import PagedKVCache  # noqa: E402
 from request import Request  # noqa: E402
 from scheduler import Scheduler  # noqa: E402
+from spec_decode import NO_SPECULATION  # noqa: E402
 
 
 def make_request(request_id, prompt_len, max_tokens=100, arrival_s=0.0) -> Request:
@@ -25,11 +26,13 @@ def bulk(request):
 
 
 def make_scheduler(num_blocks=1000, block_size=16, budget=100, chunked=True, max_num_seqs=256,
-                   max_model_len=1000, threshold=0, bulk_decodes=True) -> Scheduler:
+                   max_model_len=1000, threshold=0, bulk_decodes=True,
+                   speculation=NO_SPECULATION) -> Scheduler:
     scheduler = Scheduler(PagedKVCache(num_blocks, block_size), max_num_seqs=max_num_seqs,
                           max_num_batched_tokens=budget, max_model_len=max_model_len,
-                          enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold)
-    scheduler.bulk_decodes = bulk_decodes
+                          enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold,
+                          speculation=speculation)
+    scheduler.bulk_decodes = bulk_decodes and scheduler.bulk_decodes
     return scheduler
 
 

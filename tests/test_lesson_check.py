@@ -82,3 +82,16 @@ def test_readme_shows_this_very_report(checks):
     body = blocks(README.read_text(encoding="utf-8"))["lesson-check"]
     assert body == "$ python3 code/main.py lesson-check\n" + "\n".join(report_lines(checks)) + "\n", (
         "README block 'lesson-check' is stale: run python3 tests/readme_blocks.py")
+
+
+def test_the_v0_18_gotcha_runs_as_v0_18_would_and_the_verdict_names_where_it_held(checks):
+    check = checks[7]
+    served = check.findings[0]
+    assert "chunked prefill on, draft model llama-3.2-1b" in served
+    tpot_ms, plain_tpot_ms = numbers(served.split("mean TPOT")[1])[:2]
+    acceptance_length = numbers(served.split("acceptance length")[1])[0]
+    assert acceptance_length > 1 and tpot_ms < plain_tpot_ms  # it ran, and speculated
+    assert ("servesim runs it" in check.verdict) == ("all 80 requests served" in served)
+    assert check.verdict.startswith("does not hold in v0.18.0")
+    assert "it held in V0 up to 0.6.3" in check.verdict
+    assert "--speculative-config" in check.findings[2]

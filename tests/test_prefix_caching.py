@@ -165,3 +165,24 @@ def test_one_gpus_pool_keeps_only_the_prefix_every_request_shares():
     assert {row["hash_ids"][0] for row in rows} == {0}
     num_sharing = sum(1 for row in rows[1:] if row["input_length"] > 512)
     assert summary["prefix_cache_hits"] == 512 * num_sharing
+
+
+def test_an_eagle_head_computes_the_last_block_it_found_again(capsys):
+    """vLLM drops the last matched block when an EAGLE head drafts: the head needs that block's
+    hidden states, which the cache does not keep."""
+    for drop_last_hit, expected in ((False, 8), (True, 4)):
+        kv = PagedKVCache(num_blocks=20, block_size=4, enable_prefix_caching=True,
+                          drop_last_hit=drop_last_hit)
+        admit(kv, with_tokens("first", range(10)))
+        assert admit(kv, with_tokens("second", range(10))) == expected
+    hits = []
+    for speculating in ([], ["--speculative-config", '{"method": "eagle3", "num_speculative_'
+                                                     'tokens": 2, "model": "eagle3-head"}']):
+        code, out, err = servesim_here(
+            capsys, "run", "--mode", "chunked", "--dataset-name", "random",
+            "--random-prefix-len", "100", "--random-input-len", "20", "--random-output-len", "4",
+            "--num-prompts", "3", "--model", "llama-3.1-8b", "--gpu", "h100-sxm5",
+            "--format", "json", *speculating)
+        assert code == 0, err
+        hits.append(json.loads(out)["results"][0]["prefix_cache_hits"])
+    assert hits == [2 * 96, 2 * 80]  # six whole blocks of the prefix, or five

@@ -15,6 +15,7 @@ from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
 from goodput import add_request_goodput, describe_slos
 from reports import tables
+from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
 
@@ -63,6 +64,7 @@ def run_compare(args: argparse.Namespace, context) -> str:
         columns = tables.COLUMNS + ([tables.GOODPUT_COLUMN] if engine.slos_ms else [])
         lines = engine.title_lines(workload) + describe_slos(engine.slos_ms)
         lines += [""] + tables.comparison_table(results, columns)
+        lines += tables.speculation_lines(results)
         lines += tables.rejection_lines(recorders)
         lines += [""] + tables.takeaways(dict(results), engine.config.forward_model)
         for run in runs:
@@ -70,4 +72,6 @@ def run_compare(args: argparse.Namespace, context) -> str:
                 lines += [""] + render_timeline(run.name, run.timeline)
         if outputs.timeline:
             lines += TIMELINE_LEGEND
+            if engine.config.speculative_config is not None:
+                lines += DRAFTS_LEGEND
         return "\n".join(lines)

@@ -10,8 +10,9 @@ Every value is parsed and checked here, before any simulation or file: a bad one
 """
 
 import argparse
+import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
 from commands import progress
@@ -24,6 +25,8 @@ from modes import MODES
 from presets import GPUS, MODELS
 from reports.serving_block import PERCENTILE_METRICS
 from reports.timeline import ANCHORS, TimelineSpec
+from spec_decode import EXAMPLE as SPECULATIVE_EXAMPLE
+from spec_decode import MODELLED_METHODS, parse_speculative_config
 
 DEFAULTS = EngineConfig()
 DEFAULT_TIMELINE_STEPS = 16
@@ -70,6 +73,18 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
                        default=DEFAULTS.enable_prefix_caching,
                        help="reuse cached KV blocks of shared prompt prefixes (default on, as in "
                             "vLLM V1; CONTINUOUS and CONTINUOUS+CHUNKED only)")
+    group.add_argument("--speculative-config", default=None, metavar="JSON",
+                       help=f"speculative decoding, with vLLM's keys, e.g. '{SPECULATIVE_EXAMPLE}'"
+                            f"; method: {', '.join(MODELLED_METHODS)} (draft_model's model: a "
+                            "--model preset, e.g. llama-3.2-1b; an EAGLE head is sized from the "
+                            "target); modes continuous and chunked only (default: off)")
+    group.add_argument("--spec-acceptance-rate", type=float, default=None, metavar="A",
+                       help="servesim's own knob: each draft is accepted with probability A "
+                            "given the drafts before it (default: the method's published "
+                            "per-position figures; ngram and eagle have none)")
+    # vLLM V0's flags, gone since 2025: kept only to say how to write them now.
+    group.add_argument("--speculative-model", default=None, help=argparse.SUPPRESS)
+    group.add_argument("--num-speculative-tokens", type=int, default=None, help=argparse.SUPPRESS)
     group.add_argument("--batching-window-ms", type=float, default=DEFAULTS.batching_window_ms,
                        metavar="MS", help="STATIC: longest wait for a full batch (default 10)")
     group.add_argument("--forward-model", default=DEFAULTS.forward_model,
@@ -157,9 +172,41 @@ def config_from_args(args: argparse.Namespace,
     def name(field_name: str) -> str:
         return Knobs.name(field_name) if field_name in from_knobs else flag_name(field_name)
 
+    if "speculative_config" in values:
+        values["speculative_config"] = speculative_config_from_args(args)
     config = EngineConfig(**values)
     config.validate(name)
     return config, name
+
+
+def speculative_config_from_args(args: argparse.Namespace):
+    """--speculative-config (and --spec-acceptance-rate) parsed; V0's flags refused in one line
+    that writes the same with --speculative-config."""
+    if args.speculative_model is not None or args.num_speculative_tokens is not None:
+        raise ConfigError(removed_speculative_flags(args.speculative_model,
+                                                    args.num_speculative_tokens))
+    if args.speculative_config is None:
+        if args.spec_acceptance_rate is not None:
+            raise ConfigError(f"--spec-acceptance-rate needs --speculative-config, e.g. "
+                              f"'{SPECULATIVE_EXAMPLE}'")
+        return None
+    speculative = parse_speculative_config(args.speculative_config)
+    if args.spec_acceptance_rate is not None:
+        speculative = replace(speculative, acceptance_rate=args.spec_acceptance_rate)
+    return speculative
+
+
+def removed_speculative_flags(model: Optional[str], num_tokens: Optional[int]) -> str:
+    """vLLM V0's `--speculative-model M --num-speculative-tokens K`, written as V1 wants it."""
+    if model in ("[ngram]", "ngram"):
+        equivalent = {"method": "ngram"}
+    else:
+        equivalent = {"model": model or "llama-3.2-1b"}
+    equivalent["num_speculative_tokens"] = num_tokens or 3
+    flag = "--speculative-model" if model is not None else "--num-speculative-tokens"
+    return (f"{flag} was removed from vLLM with V0's speculative flags (PR #15466, 2025; "
+            f"v0.18.0 calls it an unrecognized argument): write --speculative-config "
+            f"'{json.dumps(equivalent)}' instead")
 
 
 def modes_from_args(args: argparse.Namespace, default_names, knob: Optional[str] = None) -> list:

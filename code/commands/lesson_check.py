@@ -10,16 +10,19 @@ where it would hold, and gives a verdict with the one limit that decides it:
     fixed costs       per-layer work and all-reduces that more GPUs do not split
 
 Every figure printed comes from `presets.py`, `gpu_memory.py`, `forward_model.py` or a run of the
-engine; nothing here is typed in except the claims themselves.
+engine; nothing here is typed in except the claims themselves, and, for the one claim about what
+a vLLM version accepts, what each version's own code does (a table with its source, below).
 """
 
 import textwrap
 from dataclasses import dataclass, field, replace
 
+from commands.flags import removed_speculative_flags
 from config import ConfigError, EngineConfig, Knobs
-from forward_model import RooflineClock
+from forward_model import RooflineClock, make_clock
 from gpu_memory import GIB, lookup, plan_memory
 from modes import MODES
+from spec_decode import parse_speculative_config
 from workload import mixed_workload, random_workload
 
 MODEL = "llama-3.3-70b-fp8"
@@ -34,6 +37,20 @@ ELSEWHERE = [replace(LESSON, gpu="h200"), replace(LESSON, tensor_parallel_size=2
 
 CONCURRENCY = 128                 # the lesson's "128 concurrent requests"
 INPUT_LEN, OUTPUT_LEN = 1000, 500  # 1,500 tokens per request: the lesson's average use
+# The lesson's gotcha, as v0.18.0 writes it: a Llama 3 draft model, 3 drafts a step.
+DRAFT_MODEL, NUM_DRAFTS = "llama-3.2-1b", 3
+# Chunked prefill beside a draft model, version by version: (versions, refused, what that
+# version's code does). ../shared/notes/vllm-v1-specdec-prefix.md, sections 0 and A4, read in
+# each version's PyPI wheel (0.6.3.post1 and 0.6.4.post1 vllm/config.py, 0.14.0 and 0.15.0
+# config/speculative.py) and v0.18.0's code, docs and tests.
+CHUNKED_PREFILL_WITH_A_DRAFT_MODEL = [
+    ("V0 up to 0.6.3", True, 'chunked prefill and any speculation are "currently mutually '
+                             'exclusive"'),
+    ("V0 from 0.6.4", False, "draft models and n-gram run beside it, but EAGLE, Medusa and MLP "
+                             "drafters stay refused"),
+    ("V1 0.8 to 0.14", False, "draft models are refused outright, chunked prefill or not"),
+    ("V1 from 0.15.0 (v0.18.0 included)", False, "every method runs beside chunked prefill"),
+]
 
 
 @dataclass
@@ -64,13 +81,13 @@ class LessonCheck:
         if key not in self._cache:
             plan = plan_memory(config)
             self._cache[key] = self.simulate(WORKLOADS[workload_name](), MODES[mode], config,
-                                             plan.num_gpu_blocks, RooflineClock(config)).summary()
+                                             plan.num_gpu_blocks, make_clock(config)).summary()
         return self._cache[key]
 
     def checks(self) -> list[Check]:
         return [self.kv_per_sequence(), self.prefill_32k(), self.throughput_all_on(),
                 self.throughput_unchunked(), self.naive_loop(), self.kv_waste(),
-                self.itl_tail()]
+                self.itl_tail(), self.draft_model_with_chunked_prefill()]
 
     # -- arithmetic ---------------------------------------------------------------------------
 
@@ -205,6 +222,46 @@ class LessonCheck:
                             + unsplit_costs(shown)))
         return check
 
+    # -- what a vLLM version accepts ----------------------------------------------------------
+
+    def draft_model_with_chunked_prefill(self) -> Check:
+        check = Check("vLLM v0.18.0 cannot combine --enable-chunked-prefill with draft-model "
+                      "speculative decoding (--speculative-model); N-gram GPU speculation in the "
+                      "V1 scheduler is the one exception")
+        plain = ELSEWHERE[0]  # the lesson's model where it fits, with room for a drafter
+        drafting = replace(plain, speculative_config=parse_speculative_config(
+            f'{{"model": "{DRAFT_MODEL}", "num_speculative_tokens": {NUM_DRAFTS}}}'))
+        served = self.run(drafting, "chunked", "mixed")
+        without = self.run(plain, "chunked", "mixed")
+        whole = self.run(drafting, "continuous", "mixed")
+        check.findings.append(
+            f"{hardware_name(plain)}, the default mixed workload, chunked prefill on, draft model "
+            f"{DRAFT_MODEL}, k = {NUM_DRAFTS}: all {served['completed']} requests served, mean "
+            f"TPOT {served['mean_tpot_ms']:.1f} ms ({without['mean_tpot_ms']:.1f} without "
+            f"speculation), acceptance length {served['spec_decode_mean_acceptance_length']:.2f}, "
+            f"P99 ITL {served['p99_itl_ms']:,.0f} ms ({whole['p99_itl_ms']:,.0f} with chunked "
+            f"prefill off)")
+        budget = self.knobs.max_num_batched_tokens
+        check.findings.append(
+            f"its token budget: {budget}, one token less per scheduled request for the draft "
+            f"model's extra input (vLLM 0.30.0); v0.18.0 takes max_num_seqs off it up front "
+            f"({budget} - {self.knobs.max_num_seqs} = {budget - self.knobs.max_num_seqs})")
+        check.findings.append(removed_speculative_flags(DRAFT_MODEL, NUM_DRAFTS))
+        check.findings.append(
+            "NGram GPU (ngram_gpu, new in v0.18.0) is the exception to another rule: an explicit "
+            "--async-scheduling is refused unless the method is EAGLE, MTP, a draft model or "
+            "NGram GPU")
+        *history, (latest, _, latest_does) = CHUNKED_PREFILL_WITH_A_DRAFT_MODEL
+        runs = served["completed"] == without["completed"] > 0
+        held = "; ".join(f"it held in {versions}, where {does}"
+                         for versions, refused, does in history if refused)
+        since = "; ".join(f"in {versions} {does}" for versions, refused, does in history
+                          if not refused)
+        check.verdict = (f"does not hold in v0.18.0: in {latest} {latest_does}"
+                         + (", and servesim runs it" if runs else ", though servesim could not")
+                         + f"; {held}; {since}")
+        return check
+
 
 def unsplit_costs(config: EngineConfig) -> str:
     """How much of a step that carries one budget-sized chunk more GPUs would not take away."""
@@ -253,7 +310,8 @@ def report_lines(checks: list[Check]) -> list[str]:
              f"(requests of {INPUT_LEN:,} prompt + {OUTPUT_LEN:,} output tokens from {CONCURRENCY} "
              "closed-loop clients unless a check says otherwise)", ""]
     for number, check in enumerate(checks, start=1):
-        lines.append(f"{number}. claim: {check.claim}")
+        lines.append(textwrap.fill(f"{number}. claim: {check.claim}", width=100,
+                                   subsequent_indent=" " * 10))
         lines += [_wrapped(f"   servesim: {finding}") for finding in check.findings]
         lines.append(_wrapped(f"   verdict: {check.verdict}"))
         lines.append("")
@@ -271,7 +329,8 @@ def add_parser(subparsers, knobs: Knobs) -> None:
                     "computes or simulates under the lesson's setup (Llama-3.3-70B FP8 on one "
                     "H100 SXM5) and on hardware where it would hold, and a verdict naming the "
                     "limit that decides it (memory capacity, bandwidth floor, compute peak, fixed "
-                    "costs).")
+                    "costs); for the claim about what vLLM v0.18.0 accepts, what each version's "
+                    "code does, beside servesim serving it.")
     parser.set_defaults(command=run_lesson_check)
 
 

@@ -16,6 +16,7 @@ from goodput import describe_slos
 from metrics import serving_metrics
 from reports import tables
 from reports.serving_block import serving_result_block
+from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
 from reports.timeseries import peak_output_tokens_per_s
@@ -90,4 +91,6 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         lines += tables.rejection_lines([(name, recorder)])
         if mode_run.timeline:
             lines += [""] + render_timeline(name, mode_run.timeline) + TIMELINE_LEGEND
+            if engine.config.speculative_config is not None:
+                lines += DRAFTS_LEGEND
         return "\n".join(lines)

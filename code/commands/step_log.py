@@ -5,12 +5,14 @@
 
 `time_s` is the virtual clock when the step began (rounded to the microsecond, `step_ms` too);
 `scheduled` lists request ids with the tokens each computed, in the scheduler's order (running
-first, then newly admitted); `num_free_blocks` is counted after the step (null for the contiguous
-allocator of NAIVE and STATIC, which has no blocks; blocks free but still holding a cached prefix
-count as free, as in vLLM); with prefix caching, `cached_tokens` names every request admitted in
-the step with the prompt tokens it found in the cache (zeros included). The file appears only
-when the whole run succeeded: it is written beside the target and renamed at the end
-(output_files.py), so a failed run leaves nothing half-written.
+first, then newly admitted; with speculative decoding, the drafts each decode verified
+included); `num_free_blocks` is counted after the step (null for the contiguous allocator of NAIVE
+and STATIC, which has no blocks; blocks free but still holding a cached prefix count as free, as
+in vLLM); with prefix caching, `cached_tokens` names every request admitted in the step with the
+prompt tokens it found in the cache (zeros included); a step that verified drafts adds `drafts`:
+request id -> [drafts verified, drafts accepted]. The file appears only when the whole run
+succeeded: it is written beside the target and renamed at the end (output_files.py), so a failed
+run leaves nothing half-written.
 """
 
 import json
@@ -51,4 +53,7 @@ class StepLogLines:
         if self.prefix_caching:
             line["cached_tokens"] = {lookup.request_id: lookup.num_cached_tokens
                                      for lookup in step.batch.prefix_lookups}
+        if step.result.verified:
+            line["drafts"] = {request.request_id: [num_drafts, num_accepted]
+                              for request, num_drafts, num_accepted in step.result.verified}
         self._file.write(json.dumps(line) + "\n")

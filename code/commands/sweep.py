@@ -71,15 +71,16 @@ def run_sweep(args: argparse.Namespace, context) -> str:
     with PendingFiles(outputs) as files:
         points = run_points(engine, workloads, load_name)
         first_workload = workloads[0][1]
-        title, _, workload_line = engine.title_lines(first_workload)
-        header = [title, workload_line, sweep_line(points)] + describe_slos(engine.slos_ms)
+        title, _, workload_line, *speculation = engine.title_lines(first_workload)
+        load_lines = [sweep_line(points)] + describe_slos(engine.slos_ms)
+        header = [title, workload_line, *speculation] + load_lines
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
             files.add_text(outputs.svg, plots.sweep_svg(header, points))
         if outputs.format == "json":
             return sweep_json(engine.config, engine.plan, first_workload.params, engine.slos_ms,
                               points)
-        lines = engine.title_lines(first_workload) + header[2:]
+        lines = engine.title_lines(first_workload) + load_lines
         lines += [""] + sweep_table(points)
         return "\n".join(lines + [""] + saturation_lines(points))
 

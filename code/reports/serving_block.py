@@ -5,8 +5,9 @@ printed by `benchmark()` in vllm/benchmarks/serve.py (vllm-project/vllm, commit 
 so that a learner can hold servesim's block next to a real one. servesim prints what vLLM
 prints with a tokenizer and a generative model; it leaves out the client-side queueing sections
 (`--max-concurrency` runs), because its closed loop stamps a request's arrival when it is sent.
-Its own numbers go in one more section before the closing rule, where vLLM puts its
-speculative-decoding section.
+With speculative decoding it prints vLLM's "Speculative Decoding" section after the latencies,
+with the labels, order and formats of vLLM 0.30.0's serve.py (which prints it when the server
+reports drafts). servesim's own numbers go in one more section before the closing rule.
 """
 
 from metrics import percentile_name
@@ -66,6 +67,8 @@ def serving_result_block(metrics: dict, percentiles: list[float], percentile_met
     for name, label, title in LATENCY_SECTIONS:
         if name in percentile_metrics:
             lines += _latency_section(metrics, name, label, title, percentiles)
+    if "spec_decode_num_drafts" in metrics:
+        lines += _speculative_section(metrics)
     lines.append(_rule("Scheduler (servesim)", "-"))
     lines += [f"{label:<40} " + fmt.format(metrics[key]) for label, key, fmt in SCHEDULER_LINES]
     if "prefix_cache_queries" in metrics:  # with prefix caching
@@ -82,6 +85,22 @@ def _latency_section(metrics: dict, name: str, label: str, title: str,
     for p in percentiles:
         key = f"p{percentile_name(p)}_{name}_ms"
         lines.append(_float_line(f"P{percentile_name(p)} {label} (ms):", metrics[key]))
+    return lines
+
+
+def _speculative_section(metrics: dict) -> list[str]:
+    """Acceptance rate = accepted / drafted tokens (%); acceptance length = 1 + accepted / drafts
+    (the target's own token included); position i = drafts whose first i + 1 tokens were all
+    accepted (%)."""
+    lines = [_rule("Speculative Decoding", "-"),
+             _float_line("Acceptance rate (%):", metrics["spec_decode_acceptance_rate"]),
+             _float_line("Acceptance length:", metrics["spec_decode_acceptance_length"]),
+             _line("Drafts:", metrics["spec_decode_num_drafts"]),
+             _line("Draft tokens:", metrics["spec_decode_draft_tokens"]),
+             _line("Accepted tokens:", metrics["spec_decode_accepted_tokens"]),
+             "Per-position acceptance (%):"]
+    for position, rate in enumerate(metrics["spec_decode_per_position_acceptance_rates"]):
+        lines.append(_float_line(f"  Position {position}:", 100 * rate))
     return lines
 
 

@@ -3,7 +3,9 @@ saturated (commands/sweep.py serves the points; reports/plots.py draws them)."""
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+
+from reports.tables import config_json
 
 LOAD_LABELS = {"request_rate": "rate req/s", "max_concurrency": "concurrency"}
 SATURATION_BAND = 0.05  # a mode is saturated where more load adds under 5% to its throughput
@@ -103,8 +105,6 @@ def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> st
     """The JSON README documents: config, workload, and one result per (mode, point), each naming
     its request_rate and max_concurrency. `workload_params` describe the workload apart from
     the load the sweep varies (which is null there)."""
-    config_json = asdict(config)
-    config_json.update(num_gpu_blocks=plan.num_gpu_blocks, kv_cache_tokens=plan.kv_cache_tokens)
     workload_json = {**workload_params, points[0].load_name: None}
     workload_json["request_rate"] = _json_rate(workload_json.get("request_rate"))
     results = []
@@ -115,7 +115,7 @@ def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> st
         entry[point.load_name] = point.load
         entry["request_rate"] = _json_rate(entry["request_rate"])
         results.append({**entry, **point.metrics})
-    document = {"config": config_json, "workload": workload_json,
+    document = {"config": config_json(config, plan), "workload": workload_json,
                 "sweep": {"load": points[0].load_name, "goodput_slos_ms": slos_ms},
                 "results": results}
     return json.dumps(document, indent=2)

@@ -26,13 +26,17 @@ GOODPUT_COLUMN = ("request_goodput", "goodput req/s", "{:,.2f}")  # with --goodp
 
 def header_lines(config, plan, model_name, gpu_name, workload) -> list[str]:
     tp = f" x{config.tensor_parallel_size} (TP)" if config.tensor_parallel_size > 1 else ""
-    return [
+    lines = [
         f"servesim: {model_name} on {gpu_name}{tp}, {config.forward_model} clock",
         f"KV cache: {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks:,} blocks of "
         f"{plan.block_size}), max_model_len {config.max_model_len}, "
         f"max_num_seqs {config.max_num_seqs}",
         f"workload: {workload.description}",
     ]
+    if config.speculative_config is not None:
+        lines += textwrap.wrap(config.speculative_config.describe(), width=100,
+                               subsequent_indent="  ")
+    return lines
 
 
 def comparison_table(rows: list[tuple[str, dict]], columns=COLUMNS) -> list[str]:
@@ -111,6 +115,22 @@ def _ratio(a: dict, b: dict, key: str) -> str:
     return f"{_share(a, b, key):.1f}x"
 
 
+def speculation_lines(rows: list[tuple[str, dict]]) -> list[str]:
+    """Per mode that verified drafts: how many, how many were accepted (vLLM's figures)."""
+    lines = []
+    for name, metrics in rows:
+        if "spec_decode_num_drafts" not in metrics:
+            continue
+        per_position = "/".join(f"{100 * rate:.0f}"
+                                for rate in metrics["spec_decode_per_position_acceptance_rates"])
+        lines += textwrap.wrap(
+            f"{name}: {metrics['spec_decode_num_drafts']:,} drafts verified, "
+            f"{metrics['spec_decode_acceptance_rate']:.1f}% of their tokens accepted, mean "
+            f"acceptance length {metrics['spec_decode_mean_acceptance_length']:.2f}, per position "
+            f"{per_position}%", width=100, subsequent_indent="  ")
+    return lines
+
+
 def rejection_lines(recorders) -> list[str]:
     """Requests that could never run, per mode: how many, and the first one's reason."""
     lines = []
@@ -123,16 +143,25 @@ def rejection_lines(recorders) -> list[str]:
     return lines
 
 
+def config_json(config, plan) -> dict:
+    """The JSON "config" object: every EngineConfig field, and the KV pool's size. The
+    speculative_config key appears only when a run speculates."""
+    fields = asdict(config)
+    if config.speculative_config is None:
+        del fields["speculative_config"]
+    fields.update(num_gpu_blocks=plan.num_gpu_blocks, kv_cache_tokens=plan.kv_cache_tokens)
+    return fields
+
+
 def to_json(config, plan, workload, results: list[tuple[str, dict]], recorders,
             indent: Optional[int] = 2) -> str:
     """The JSON contract (README, "Machine-readable output"): config, workload, one result per
     mode (plus rejections)."""
-    config_json = asdict(config)
-    config_json.update(num_gpu_blocks=plan.num_gpu_blocks, kv_cache_tokens=plan.kv_cache_tokens)
     entries = []
     for (name, metrics), (_, recorder) in zip(results, recorders):
         rejections = [{"id": r.request_id, "reason": r.reject_reason}
                       for r in recorder.rejections()]
         entries.append({"mode": name, **metrics, "rejections": rejections})
-    document = {"config": config_json, "workload": workload.params, "results": entries}
+    document = {"config": config_json(config, plan), "workload": workload.params,
+                "results": entries}
     return json.dumps(document, indent=indent)

@@ -37,6 +37,9 @@ LEGEND = [
     "it took: a d that also decoded in the step before waited just that long for its token (ITL).",
     "tokens = tokens computed in the step; wait = requests still waiting after it.",
 ]
+DRAFTS_LEGEND = [
+    "d+2/3 = a decode that verified 3 drafts and kept 2 of them: 3 tokens out in one step.",
+]
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,14 @@ def step_row(step: EngineStep) -> TimelineRow:
     """One step as a row. Called right after the step, while each request's state is current."""
     sampled = {id(request) for request in step.result.sampled}
     first_tokens = {id(request) for request in step.result.first_tokens}
+    accepted = {id(request): num_accepted for request, _, num_accepted in step.result.verified}
     cells = []
     for scheduled in step.batch.scheduled:
         request = scheduled.request
         if not scheduled.is_decode:
             text = f"P{scheduled.num_new_tokens}" + ("*" if id(request) in first_tokens else "")
+        elif scheduled.num_draft_tokens:
+            text = f"d+{accepted[id(request)]}/{scheduled.num_draft_tokens}"
         else:
             text = "d" if id(request) in sampled else "."
         cells.append((request.request_id, text))

@@ -9,7 +9,7 @@ per step, all on the virtual clock:
     kv_blocks          KV blocks held while the step ran. NAIVE and STATIC reserve contiguous
                        slots, not blocks: their reserved slots / block_size, the same memory
                        counted in blocks, so every mode's line shares one axis
-    num_output_tokens  tokens the step sampled (first tokens and decodes)
+    num_output_tokens  tokens the step sampled (first tokens and decodes, accepted drafts too)
 
 and every inter-token gap (ITL) the step ended, once per distinct value with its count: a decode
 step in which 64 requests waited 31 ms each is one entry (t, 0.031 s, 64), as in metrics.py.
@@ -49,7 +49,7 @@ class StepSeries:
         self.num_running.append(step.num_running)
         self.num_waiting.append(step.num_waiting)
         self.kv_blocks.append(step.kv_reserved_slots / self.block_size)
-        self.num_output_tokens.append(step.result.num_sampled)
+        self.num_output_tokens.append(step.result.num_output_tokens)
         counts = Counter()
         for itl_s, count in step.result.itls:
             counts[itl_s] += count
