@@ -48,7 +48,11 @@ class SchedulerOutput:
     num_context_tokens: int = 0    # cached tokens they attend to, summed
     num_attention_pairs: int = 0   # (query, key) pairs of causal attention, summed
     num_decode_tokens: int = 0     # new tokens that were decodes (the rest are prompt tokens)
-    num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch
+    num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch ...
+    num_prompt_padding_tokens: int = 0  # ... of them, those padding prompts to the longest
+    #                                     (the rest are finished members' decode slots)
+    num_idle_slots: int = 0        # STATIC only: seats of the batch left empty while requests
+    #                                waited (none may join until the batch drains)
 
     @property
     def is_empty(self) -> bool:
@@ -130,6 +134,8 @@ class DecodeRun:
     num_context_tokens: int    # what the first step attends to; each step adds num_seqs
     num_padding_tokens: int    # per step
     last_token_s: float        # when the sampling requests got their latest token
+    num_idle_slots: int = 0    # per step: STATIC's empty seats while requests wait (the run
+    #                            stops at the next arrival, so the queue does not change in it)
 
 
 class BatchScheduler(Protocol):

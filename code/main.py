@@ -62,7 +62,7 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
         clock_s += step_s
         result = scheduler.update_from_output(batch, clock_s)  # tokens out, finished freed
         arrivals.on_finished(len(result.finished), clock_s)
-        recorder.on_step(step_s, batch, result, reserved, used)
+        recorder.on_step(step_s, batch, result, reserved, used, clock_s - step_s)
         for observe in observers:
             observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
                                len(scheduler.running), len(scheduler.waiting),

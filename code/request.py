@@ -42,6 +42,7 @@ class Request:
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     num_preemptions: int = 0
+    num_recomputed_tokens: int = 0  # tokens whose KV a preemption threw away: computed again
     first_token_s: Optional[float] = None
     last_token_s: Optional[float] = None
     reject_reason: Optional[str] = None
@@ -68,6 +69,7 @@ class Request:
         """Recompute-style preemption: the KV is gone, outputs so far are kept."""
         assert self.status is RequestStatus.RUNNING, self.status
         self.status = RequestStatus.PREEMPTED
+        self.num_recomputed_tokens += self.num_computed_tokens  # work done twice
         self.num_computed_tokens = 0
         self.num_preemptions += 1
 

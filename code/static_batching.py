@@ -90,8 +90,14 @@ class StaticBatchScheduler:
             for request in self.batch:
                 output.add(request, 1, self.num_padded_tokens)
         output.num_padding_tokens = len(self.batch) - len(self.unfinished)
+        output.num_idle_slots = self._num_idle_slots()
         self.kv_cache.fill(len(self.unfinished))  # the unfinished members' tokens are real
         return output
+
+    def _num_idle_slots(self) -> int:
+        """Seats of the running batch that a waiting request could take, were it allowed to
+        join: the loss continuous batching removes by admitting at every step."""
+        return min(self.max_batch_size - len(self.batch), len(self.waiting))
 
     def _batch_is_due(self, now_s: float) -> bool:
         if len(self.waiting) >= self.max_batch_size:
@@ -112,6 +118,8 @@ class StaticBatchScheduler:
         for request in self.batch:
             output.add(request, padded_prompt_len, 0)
             output.num_padding_tokens += padded_prompt_len - request.prompt_len
+        output.num_prompt_padding_tokens = output.num_padding_tokens
+        output.num_idle_slots = self._num_idle_slots()
         return output
 
     # -- after the forward pass -------------------------------------------------------------
@@ -158,7 +166,8 @@ class StaticBatchScheduler:
             return None
         return DecodeRun(itertools.repeat(0, num_steps), len(self.batch), len(self.unfinished),
                          len(self.batch) * self.num_padded_tokens,
-                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s)
+                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s,
+                         self._num_idle_slots())
 
     def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
         """The engine ran len(step_ends_s) decode steps of the batch, ending at those times."""
