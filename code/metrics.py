@@ -27,6 +27,9 @@ Beside the latencies, counters that say where a mode's time and tokens went (exe
     idle batch seats    STATIC's empty seats while requests waited, time-averaged
     recomputed tokens   KV a preemption threw away, computed again on resume
     prompt time         share of the busy time spent in steps that computed prompt tokens
+    decode-only time    share of it spent in steps of decodes alone while requests waited:
+      while waiting     memory-bound steps whose idle compute the waiting prompts could have
+                        used, had the KV blocks, the token budget or a static batch let them in
     decodes beside      decode tokens computed in a step that also computed prompt tokens:
       prompts           each of them waited for that prompt's work (the ITL chunking shortens)
 """
@@ -142,6 +145,7 @@ class RunRecorder:
         self.num_recomputed_tokens = 0  # summed over ended requests
         self.busy_s = 0.0                 # summed step durations
         self.prompt_busy_s = 0.0          # ... of the steps that computed prompt tokens
+        self.decode_only_waiting_s = 0.0  # ... of decode-only steps while requests waited
         self.idle_slot_seconds = 0.0      # STATIC's empty seats while requests waited x how long
         self.reserved_slot_seconds = 0.0  # KV slots reserved x how long
         self.wasted_slot_seconds = 0.0    # reserved but holding no real token
@@ -173,9 +177,9 @@ class RunRecorder:
         self.num_output_tokens[index] = request.num_output_tokens
 
     def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
-                reserved_slots: int, used_slots: int, start_s: float) -> None:
+                reserved_slots: int, used_slots: int, *, start_s: float, num_waiting: int) -> None:
         """`reserved_slots` and `used_slots` are the KV cache's state while the step ran, which
-        began at `start_s`."""
+        began at `start_s` with `num_waiting` requests left waiting."""
         self._count_step(step_s, batch.num_seqs, batch.num_scheduled_tokens,
                          batch.num_padding_tokens, batch.num_decode_tokens, batch.num_idle_slots,
                          reserved_slots, used_slots)
@@ -183,6 +187,8 @@ class RunRecorder:
         if batch.num_scheduled_tokens > batch.num_decode_tokens:  # prompt tokens in the step
             self.prompt_busy_s += step_s
             self.num_decode_tokens_beside_prompts += batch.num_decode_tokens
+        elif num_waiting:
+            self.decode_only_waiting_s += step_s
         self.num_preemptions += len(batch.preempted)
         is_scheduled = self.is_scheduled
         for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began long ago)
@@ -197,11 +203,13 @@ class RunRecorder:
             self.on_finished(request)
 
     def on_decode_run_step(self, step_s: float, run: DecodeRun, itl_s: float,
-                           reserved_slots: int, used_slots: int) -> None:
+                           reserved_slots: int, used_slots: int, *, num_waiting: int) -> None:
         """One step of a DecodeRun: what `on_step` records for such a step."""
         self._count_step(step_s, run.num_seqs, run.num_seqs, run.num_padding_tokens,
                          run.num_seqs, run.num_idle_slots, reserved_slots, used_slots)
         self.itl_counts[itl_s] += run.num_sampled
+        if num_waiting:
+            self.decode_only_waiting_s += step_s
 
     def _count_step(self, step_s: float, num_seqs: int, num_tokens: int, num_padding_tokens: int,
                     num_decode_tokens: int, num_idle_slots: int, reserved_slots: int,
@@ -297,6 +305,7 @@ class RunRecorder:
             "num_recomputed_tokens": self.num_recomputed_tokens,
             "recomputed_pct": _pct(self.num_recomputed_tokens, self.num_computed_tokens),
             "prompt_time_pct": _pct(self.prompt_busy_s, self.busy_s),
+            "decode_only_waiting_pct": _pct(self.decode_only_waiting_s, self.busy_s),
             "decodes_beside_prompts_pct": _pct(self.num_decode_tokens_beside_prompts,
                                                self.num_decode_tokens),
         })

@@ -53,7 +53,7 @@ def served(config, num_blocks, rows, max_concurrency, mode, observers):
 # so that "the same on both paths" is not vacuously true of a zero.
 COUNTERS = ("num_preemptions", "num_recomputed_tokens", "decode_padding_pct",
             "prefill_padding_pct", "mean_idle_batch_slots", "decodes_beside_prompts_pct",
-            "mean_queue_ms")
+            "mean_queue_ms", "decode_only_waiting_pct")
 
 
 def test_bulk_and_one_by_one_serve_every_request_at_the_same_times():

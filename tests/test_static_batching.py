@@ -121,4 +121,5 @@ def test_static_loss_is_split_into_prompt_padding_decode_padding_idle_seats_and_
     assert summary["mean_idle_batch_slots"] == pytest.approx((1 + 1) / 4)  # seat-ms / busy ms
     assert summary["mean_queue_ms"] == pytest.approx((10 + 8 + 10) / 3)
     assert summary["prompt_time_pct"] == pytest.approx(100 * 2 / 4)  # 2 of 4 steps
+    assert summary["decode_only_waiting_pct"] == pytest.approx(100 * 2 / 4)  # 2 decoded beside it
     assert summary["num_recomputed_tokens"] == 0 and summary["decodes_beside_prompts_pct"] == 0
