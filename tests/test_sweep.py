@@ -65,7 +65,7 @@ def test_json_has_one_result_per_mode_and_point_each_naming_its_load(four_rates)
     assert all(r["max_concurrency"] is None and "request_goodput" in r for r in results)
     assert four_rates["workload"]["request_rate"] is None  # varies: named per result
     assert four_rates["sweep"] == {"load": "request_rate",
-                                   "goodput_slos_ms": {"ttft": 3000.0, "tpot": 50.0}}
+                                   "goodput_slos_ms": {"ttft": 2000.0, "tpot": 100.0}}
 
 
 def test_a_concurrency_sweep_names_max_concurrency(capsys):

@@ -18,7 +18,7 @@ from commands import progress
 from commands.serving import Engine
 from config import ConfigError, EngineConfig, Knobs, flag_name
 from forward_model import make_clock
-from goodput import SLO_NAMES
+from goodput import CHAT_SLOS_MS, SLO_NAMES
 from gpu_memory import plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
@@ -28,6 +28,8 @@ from reports.timeline import ANCHORS, TimelineSpec
 DEFAULTS = EngineConfig()
 DEFAULT_TIMELINE_STEPS = 16
 GOODPUT_EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
+CHAT_GOODPUT = tuple(f"{name}:{ms:g}" for name, ms in CHAT_SLOS_MS.items())  # compare, sweep
+CHAT_GOODPUT_NOTE = "the default: an interactive chat, see --help; --goodput to change"
 
 
 # -- the flags -----------------------------------------------------------------------------------
@@ -102,6 +104,18 @@ def add_goodput_flag(parser: argparse.ArgumentParser, default: str = "none") -> 
         help=f"SLOs in milliseconds, e.g. {GOODPUT_EXAMPLE}; request goodput (req/s) "
              "= requests meeting every SLO given, per second of the run's duration "
              f"(default {default})")
+
+
+def add_chat_goodput_flag(parser: argparse.ArgumentParser) -> None:
+    """--goodput defaulting to an interactive chat's SLOs (goodput.CHAT_SLOS_MS says why)."""
+    add_goodput_flag(parser, default=" ".join(CHAT_GOODPUT) + ": an interactive chat, whose "
+                     "answer starts within 2 s (MLPerf's TTFT bound for Llama-2-70B serving) and "
+                     "streams at 10 tokens/s or faster, about twice reading pace")
+
+
+def goodput_note(args: argparse.Namespace) -> str:
+    """Where the SLOs in a header came from: said only when they are the chat default."""
+    return "" if args.goodput else CHAT_GOODPUT_NOTE
 
 
 def add_percentile_flags(parser: argparse.ArgumentParser) -> None:
