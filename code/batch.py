@@ -180,3 +180,9 @@ class EngineStep:
     num_free_blocks: Optional[int]  # after the step; None for contiguous KV (no blocks)
     kv_reserved_slots: int     # while the step ran
     kv_used_slots: int         # while the step ran
+    block_tables: Optional[dict[str, list[int]]] = None  # after the step: request id -> its
+    #                            physical block ids (PagedAttention), a live view of the KV
+    #                            cache's own tables, not a copy; None for contiguous KV, and in
+    #                            the steps main.repeat_identical_decode_steps prices in bulk
+    #                            (their blocks are taken when the run is applied), which only
+    #                            observers of sums see

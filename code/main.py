@@ -67,7 +67,7 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
         for observe in observers:
             observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
                                len(scheduler.running), len(scheduler.waiting),
-                               scheduler.num_free_blocks, reserved, used))
+                               scheduler.num_free_blocks, reserved, used, kv_cache.block_tables))
         if progress:
             progress(recorder, clock_s)
 

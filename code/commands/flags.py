@@ -221,6 +221,7 @@ class Outputs:
     timeline: Optional[TimelineSpec] = None     # --timeline / --timeline-at
     step_log: Optional[str] = None              # --step-log FILE
     save_detailed: Optional[str] = None         # --save-detailed FILE
+    block_table: Optional[str] = None           # --block-table ID (run only)
     percentiles: list[float] = field(default_factory=lambda: [99.0])
     percentile_metrics: list[str] = field(default_factory=lambda: list(PERCENTILE_METRICS))
 
@@ -242,6 +243,9 @@ def outputs_from_args(args: argparse.Namespace) -> Outputs:
             raise ConfigError("--timeline draws text; leave it out with --format json")
         num_steps = DEFAULT_TIMELINE_STEPS if args.timeline is None else args.timeline
         outputs.timeline = parse_timeline_spec(num_steps, args.timeline_at or "start")
+    outputs.block_table = getattr(args, "block_table", None)
+    if outputs.block_table is not None and args.format == "json":
+        raise ConfigError("--block-table draws text; leave it out with --format json")
     if hasattr(args, "metric_percentiles"):
         outputs.percentiles = parse_percentiles(args.metric_percentiles)
         outputs.percentile_metrics = parse_percentile_metrics(args.percentile_metrics)
