@@ -206,7 +206,7 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     config, name = config_from_args(args, context.knobs)
     for mode in modes:
         mode.check(config, name)
-    slos_ms = parse_goodput(args.goodput or list(default_goodput))
+    slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
     return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
 
