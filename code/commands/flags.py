@@ -34,7 +34,9 @@ CHAT_GOODPUT_NOTE = "the default: an interactive chat, see --help; --goodput to 
 
 # -- the flags -----------------------------------------------------------------------------------
 
-def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
+def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
+                     budget_list: bool = False) -> None:
+    """`budget_list`: --max-num-batched-tokens takes a comma list (sweep's budget sweep)."""
     group = parser.add_argument_group("engine (vLLM's flag names)")
     group.add_argument("--model", default=DEFAULTS.model, choices=list(MODELS),
                        help=f"model preset (default {DEFAULTS.model})")
@@ -57,11 +59,16 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
     group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
                        help=f"most requests per batch; STATIC's batch size (default "
                             f"{knobs.max_num_seqs}: MAX_NUM_SEQS in code/main.py)")
-    group.add_argument("--max-num-batched-tokens", type=int, metavar="TOKENS", default=None,
-                       help=f"token budget per step of every continuous mode (default: "
-                            f"{knobs.max_num_batched_tokens} with chunked prefill, "
-                            "MAX_NUM_BATCHED_TOKENS in code/main.py; max(max_model_len, 2048) "
-                            "without, as vLLM)")
+    budget_help = (f"token budget per step of every continuous mode (default: "
+                   f"{knobs.max_num_batched_tokens} with chunked prefill, MAX_NUM_BATCHED_TOKENS "
+                   "in code/main.py; max(max_model_len, 2048) without, as vLLM)")
+    if budget_list:
+        group.add_argument("--max-num-batched-tokens", metavar="TOKENS[,TOKENS...]",
+                           default=None, help=budget_help + "; a comma list, e.g. "
+                           "256,512,1024,2048,8192, sweeps the budget at one load")
+    else:
+        group.add_argument("--max-num-batched-tokens", type=int, metavar="TOKENS", default=None,
+                           help=budget_help)
     group.add_argument("--long-prefill-token-threshold", type=int, metavar="TOKENS",
                        default=DEFAULTS.long_prefill_token_threshold,
                        help="cap on one request's prompt tokens per step (0 = off)")

@@ -31,11 +31,14 @@ from commands.serving import Engine, require_completions
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
 from goodput import add_request_goodput, describe_slos
+from kv_cache import num_blocks_for
 from reports import tables
-from reports.sweep_table import (SweepPoint, load_phrase, saturation_lines, sweep_json,
-                                 sweep_line, sweep_table)
+from reports.sweep_table import (SweepPoint, budget_rule_lines, load_phrase, saturation_lines,
+                                 sweep_json, sweep_line, sweep_table)
 
 SWEEP_MODES = ("static", "continuous", "chunked")
+BUDGET_SWEEP_MODES = ("chunked",)  # the budget slices prompts only with chunked prefill on;
+#                                    without it vLLM refuses a budget below max_model_len
 SWEEP_RATES = (1, 2, 4, 8, 16)
 
 
@@ -47,7 +50,7 @@ def add_parser(subparsers, knobs) -> None:
                     "req/s (requests meeting every --goodput SLO, per second). Where a mode's "
                     "throughput stops rising it is saturated; its latency then climbs. Times on "
                     "the virtual clock.")
-    flags.add_engine_flags(parser, knobs)
+    flags.add_engine_flags(parser, knobs, budget_list=True)
     add_workload_flags(parser)
     group = parser.add_argument_group("sweep")
     flags.add_mode_flag(group, default=None, default_text=",".join(SWEEP_MODES))
@@ -64,13 +67,16 @@ def add_parser(subparsers, knobs) -> None:
 
 
 def run_sweep(args: argparse.Namespace, context) -> str:
-    modes = flags.modes_from_args(args, SWEEP_MODES)
-    engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
-    load_name, workloads = sweep_workloads_from_args(args, engine.config)
+    budgets = parse_budgets(args)
+    if len(budgets) > 1:
+        modes = flags.modes_from_args(args, BUDGET_SWEEP_MODES)
+    else:
+        modes = flags.modes_from_args(args, SWEEP_MODES)
+    load_name, specs = sweep_points_from_args(args, context, modes, budgets)
     outputs = flags.outputs_from_args(args)
     with PendingFiles(outputs) as files:
-        points = run_points(engine, workloads, load_name)
-        first_workload = workloads[0][1]
+        points = run_points(modes, specs, load_name)
+        _, engine, first_workload = specs[0]
         title, _, workload_line = engine.title_lines(first_workload)
         header = [title, workload_line, sweep_line(points)] + describe_slos(
             engine.slos_ms, flags.goodput_note(args))
@@ -82,7 +88,42 @@ def run_sweep(args: argparse.Namespace, context) -> str:
                               points)
         lines = engine.title_lines(first_workload) + header[2:]
         lines += [""] + sweep_table(points)
-        return "\n".join(lines + [""] + saturation_lines(points) + top_load_surprises(points))
+        if load_name == "max_num_batched_tokens":
+            lines += [""] + budget_rule_lines(points, engine.plan.num_gpu_blocks,
+                                              engine.config.block_size)
+        else:
+            lines += [""] + saturation_lines(points)
+        return "\n".join(lines + top_load_surprises(points))
+
+
+def parse_budgets(args: argparse.Namespace) -> list[int]:
+    """--max-num-batched-tokens as a list (empty when not given); one value is just the knob."""
+    if args.max_num_batched_tokens is None:
+        return []
+    return [int(b) for b in flags.parse_loads("--max-num-batched-tokens",
+                                              args.max_num_batched_tokens, integer=True)]
+
+
+def sweep_points_from_args(args: argparse.Namespace, context, modes: list,
+                           budgets: list[int]) -> tuple[str, list]:
+    """(the load swept, [(value, engine, workload)]): every point's engine and workload built,
+    and so checked, before the first simulation."""
+    if len(budgets) > 1:
+        if args.request_rates is not None or args.concurrencies is not None:
+            raise ConfigError("sweep one thing at a time: a list of --max-num-batched-tokens "
+                              "runs at one load (--request-rate or --max-concurrency), so drop "
+                              "--request-rates and --concurrencies")
+        engines = [engine_for(args, context, modes, budget) for budget in budgets]
+        workload = workload_from_args(args, engines[0].config)
+        return "max_num_batched_tokens", [(b, e, workload) for b, e in zip(budgets, engines)]
+    engine = engine_for(args, context, modes, budgets[0] if budgets else None)
+    load_name, workloads = sweep_workloads_from_args(args, engine.config)
+    return load_name, [(load, engine, workload) for load, workload in workloads]
+
+
+def engine_for(args: argparse.Namespace, context, modes: list, budget) -> Engine:
+    return flags.engine_from_args(_with(args, max_num_batched_tokens=budget), context, modes,
+                                  default_goodput=flags.CHAT_GOODPUT)
 
 
 def top_load_surprises(points: list[SweepPoint]) -> list[str]:
@@ -120,13 +161,20 @@ def _with(args: argparse.Namespace, **changes) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), **changes})
 
 
-def run_points(engine: Engine, workloads: list, load_name: str) -> list[SweepPoint]:
-    """Serve every (load, workload) in every mode; points in mode order, then load order."""
+def run_points(modes: list, specs: list, load_name: str) -> list[SweepPoint]:
+    """Serve every (load, engine, workload) in every mode; points in mode order, then load
+    order."""
     points = []
-    for mode in engine.modes:
-        for load, workload in workloads:
+    for mode in modes:
+        for load, engine, workload in specs:
             recorder = engine.serve(workload, mode)
             require_completions(recorder)
             metrics = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
+            if mode.is_paged:  # what the pool had left at its fullest (the budget rule's input)
+                block_size = engine.config.block_size
+                metrics["min_free_blocks"] = (engine.plan.num_gpu_blocks
+                                              - recorder.peak_reserved_slots // block_size)
+                if load_name == "max_num_batched_tokens":
+                    metrics["budget_blocks"] = num_blocks_for(int(load), block_size)
             points.append(SweepPoint(mode.name, load_name, load, metrics))
     return points
