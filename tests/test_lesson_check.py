@@ -82,3 +82,15 @@ def test_readme_shows_this_very_report(checks):
     body = blocks(README.read_text(encoding="utf-8"))["lesson-check"]
     assert body == "$ python3 code/main.py lesson-check\n" + "\n".join(report_lines(checks)) + "\n", (
         "README block 'lesson-check' is stale: run python3 tests/readme_blocks.py")
+
+
+def test_ttft_tail_verdict_follows_the_short_and_long_tails_it_prints(checks):
+    check = checks[7]
+    assert check.claim.startswith("chunked prefill protects the TTFT tail")
+    (mixed_short, mixed_chunked_short, *_), (behind_short, behind_chunked_short, *_) = (
+        numbers(finding.split("short prompts")[-1]) for finding in check.findings[:2])
+    capped_short, capped_long = numbers(check.findings[2].split("capped):")[1])
+    chunking_hurt_both = mixed_chunked_short > mixed_short and behind_chunked_short > behind_short
+    assert check.verdict.startswith("does not hold for chunking alone") == chunking_hurt_both
+    assert ("What protects short requests' TTFT is capping" in check.verdict) == (
+        capped_short < behind_short)
