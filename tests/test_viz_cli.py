@@ -66,7 +66,7 @@ def test_compare_without_new_flags_judges_goodput_by_the_chat_slos_and_draws_no_
     _, out, _ = servesim(capsys, "compare", *SMALL)
     lines = out.splitlines()
     assert lines[3] == ("goodput: requests with TTFT <= 2000 ms and TPOT <= 100 ms, per second "
-                        "(the default: an interactive chat, see --help; --goodput to change)")
+                        "(the default: an interactive chat)")
     assert lines[5].endswith("goodput req/s") and LEGEND[0] not in out
 
 

@@ -29,7 +29,7 @@ DEFAULTS = EngineConfig()
 DEFAULT_TIMELINE_STEPS = 16
 GOODPUT_EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
 CHAT_GOODPUT = tuple(f"{name}:{ms:g}" for name, ms in CHAT_SLOS_MS.items())  # compare, sweep
-CHAT_GOODPUT_NOTE = "the default: an interactive chat, see --help; --goodput to change"
+CHAT_GOODPUT_NOTE = "the default: an interactive chat"
 
 
 # -- the flags -----------------------------------------------------------------------------------
