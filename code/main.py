@@ -1,7 +1,8 @@
 """servesim: the scheduler of an LLM serving engine, on a virtual clock.
 
     python3 code/main.py            # compare: the four modes side by side on a mixed workload
-    python3 code/main.py --help     # the commands: compare, run, sweep, lesson-check, presets
+    python3 code/main.py --help     # the commands: compare, run, sweep, kv-waste, lesson-check,
+                                    # presets, calibration
 
 One engine loop (`simulate`, below) serves a stream of requests in any of four modes. Read it
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch

@@ -20,7 +20,9 @@ NAIVE is this scheduler with a batch of one and no window: one request at a time
 
 Tokens stream as they are sampled, so a member's TTFT ends at the prefill step and its E2EL at
 its own last token; what it costs others is the padding the batch computes and the wait of
-everyone queued behind the batch. (Servers that returned a batch's responses only when it
+everyone queued behind the batch. The recorder counts each loss apart (exercise 1): prompt
+padding (`num_prompt_padding_tokens`), decode padding (the rest of `num_padding_tokens`), seats
+left empty while requests wait (`num_idle_slots`), and queueing (metrics.py's queue time). (Servers that returned a batch's responses only when it
 drained were worse still; servesim does not charge that.) The padded context is priced as
 computed; servesim does not cap it at max_model_len.
 """

@@ -8,18 +8,10 @@ and every summary figure must come out the same, in every mode, on pools small e
 import random
 
 from config import EngineConfig
-from conftest import make_workload
+from conftest import EveryRequest, make_workload
 from forward_model import make_clock
 from main import simulate
 from modes import MODES
-
-
-class EveryRequest:
-    """An observer that reads each request of every step: the engine takes the plain rules."""
-    needs_every_request = True
-
-    def __call__(self, step) -> None:
-        pass
 
 
 def random_case(rng: random.Random):

@@ -3,7 +3,7 @@
 import pytest
 
 from config import ConfigError, EngineConfig
-from conftest import make_workload
+from conftest import EveryRequest, make_workload
 from forward_model import RooflineClock, make_clock
 from gpu_memory import plan_memory
 from main import simulate
@@ -71,13 +71,6 @@ def test_observers_see_every_step_in_order_with_free_blocks_after_it():
                for earlier, later in zip(steps, steps[1:]))
     assert steps[-1].num_free_blocks == plan_memory(EngineConfig()).num_gpu_blocks
 
-
-class EveryRequest:
-    """An observer that reads every request: the engine takes the plain rules, not the bulk path."""
-    needs_every_request = True
-
-    def __call__(self, step) -> None:
-        pass
 
 
 @pytest.mark.parametrize("observers", [[], [EveryRequest()]], ids=["bulk", "one-by-one"])

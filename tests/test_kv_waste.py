@@ -7,7 +7,7 @@ import pytest
 
 from commands.kv_waste import Population, ReservationAccounting, policies, reserve_power_of_two
 from config import EngineConfig
-from conftest import make_workload, servesim_here
+from conftest import EveryRequest, make_workload, servesim_here
 from forward_model import make_clock
 from main import simulate
 from modes import MODES
@@ -71,13 +71,6 @@ def test_the_contiguous_figure_over_time_is_naives_own_kv_waste():
 def test_the_paged_figure_over_time_is_the_paged_engines_own_kv_waste(observers_see_every_request):
     config = EngineConfig(max_model_len=2048, default_chunked_budget=256)
     accounting = ReservationAccounting(policies(16), 2048)
-
-    class EveryRequest:
-        needs_every_request = True
-
-        def __call__(self, step):
-            pass
-
     observers = [accounting] + ([EveryRequest()] if observers_see_every_request else [])
     summary = simulate(make_workload(ROWS), MODES["chunked"], config, 400, make_clock(config),
                        observers).summary()

@@ -7,7 +7,7 @@ is one engine step: (start in ms, tokens scheduled per request, padding tokens, 
 import pytest
 
 from config import EngineConfig
-from conftest import make_workload
+from conftest import EveryRequest, make_workload
 from main import simulate
 from modes import MODES
 
@@ -90,15 +90,6 @@ def test_a_prompt_of_max_model_len_is_rejected_on_arrival(mode):
                         OneMillisecondClock())
     assert [r.request_id for r in recorder.rejections()] == ["0"]
     assert [r.index for r in recorder.completed()] == [1]
-
-
-
-class EveryRequest:
-    """An observer that reads every request: the engine takes the plain rules, not the bulk path."""
-    needs_every_request = True
-
-    def __call__(self, step) -> None:
-        pass
 
 
 @pytest.mark.parametrize("observers", [[], [EveryRequest()]], ids=["bulk", "one-by-one"])

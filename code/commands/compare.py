@@ -26,8 +26,9 @@ def add_parser(subparsers, knobs) -> None:
                     "tokens / duration; TTFT = first token - arrival; TPOT = mean gap after the "
                     "first token; ITL = every gap between tokens; seqs/step = mean batch size; "
                     "padding % = computed tokens that were padding; KV waste % = reserved KV "
-                    "slots holding no token, averaged over time; preempted = preemption events. "
-                    "Times on the virtual clock.")
+                    "slots holding no token, averaged over time; preempted = preemption events; "
+                    "goodput req/s = requests meeting every --goodput SLO, per second. Times on "
+                    "the virtual clock.")
     flags.add_engine_flags(parser, knobs)
     add_workload_flags(parser)
     group = parser.add_argument_group("output")

@@ -20,6 +20,11 @@ once the queue pushes TTFT past its target.
 
 Every point is a fresh run of the same requests (same seed) at another arrival rate or
 concurrency. The table and its JSON are in reports/sweep_table.py, the charts in reports/plots.py.
+
+`--max-num-batched-tokens 256,512,...` sweeps the token budget instead, at one load, in
+CONTINUOUS+CHUNKED (exercise 2): a step's budget bounds the KV blocks it can fill and how long it
+takes, so the rows show where the free blocks, not the budget, limit a step, and where a larger
+budget stops buying throughput and only stretches ITL (reports/sweep_table.budget_rule_lines).
 """
 
 import argparse
@@ -45,11 +50,13 @@ SWEEP_RATES = (1, 2, 4, 8, 16)
 def add_parser(subparsers, knobs) -> None:
     parser = subparsers.add_parser(
         "sweep", help="rising load in each mode: the latency-throughput curve",
-        description="Serve the same workload at each request rate (or concurrency) in each mode "
-                    "and print, per point: output tok/s, P99 TTFT ms, P99 ITL ms and goodput "
-                    "req/s (requests meeting every --goodput SLO, per second). Where a mode's "
-                    "throughput stops rising it is saturated; its latency then climbs. Times on "
-                    "the virtual clock.")
+        description="Serve the same workload at each request rate (or concurrency, or token "
+                    "budget) in each mode and print, per point: output tok/s, P99 TTFT ms, P99 "
+                    "ITL ms, goodput req/s (requests meeting every --goodput SLO, per second) and "
+                    "preemption events; a budget sweep adds blocks/step (the KV blocks one "
+                    "step's budget can fill: budget / block size) and fewest free (the fewest "
+                    "free KV blocks during the run). Where a mode's throughput stops rising it is "
+                    "saturated; its latency then climbs. Times on the virtual clock.")
     flags.add_engine_flags(parser, knobs, budget_list=True)
     add_workload_flags(parser)
     group = parser.add_argument_group("sweep")
