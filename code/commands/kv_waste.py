@@ -30,7 +30,7 @@ import functools
 import json
 import textwrap
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from commands import flags
 from commands.serving import require_completions

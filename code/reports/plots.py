@@ -25,7 +25,7 @@ every spike and every dip survives; every point drawn is one of the run's own.
 import math
 
 from reports.svg import Canvas, Line, Panel, fmt, nice_top, render_panel
-from reports.sweep_table import LOAD_LABELS, SweepPoint, load_text
+from reports.sweep_table import SweepPoint, load_text
 
 MODE_COLORS = {  # Okabe-Ito colours: distinct for colour-blind readers too
     "NAIVE": "#7f7f7f",
