@@ -56,6 +56,11 @@ class Policy:
     reserve: Callable[[int, int, int], int]    # (prompt, outputs, max_model_len) -> slots
 
 
+def final_num_outputs(request, max_model_len: int) -> int:
+    """The outputs a request will get: what it asked for, cut where it reaches max_model_len."""
+    return min(request.max_tokens, max_model_len - request.prompt_len)
+
+
 def tokens_cached(prompt_len: int, num_outputs: int) -> int:
     """What a finished request's KV holds: its prompt and every output but the last."""
     return prompt_len + num_outputs - 1
@@ -107,8 +112,7 @@ class Population:
             if request.prompt_len >= max_model_len:
                 num_rejected += 1
                 continue
-            outputs = min(request.max_tokens, max_model_len - request.prompt_len)
-            lengths.append((request.prompt_len, outputs))
+            lengths.append((request.prompt_len, final_num_outputs(request, max_model_len)))
         return cls(lengths, max_model_len, num_rejected)
 
     def used_slots(self) -> int:
@@ -136,8 +140,8 @@ class ReservationAccounting:
     """
     needs_every_request = False
 
-    def __init__(self, policies_: list[Policy], max_model_len: int):
-        self.policies = [policy for policy in policies_ if policy.name != "paged"]
+    def __init__(self, all_policies: list[Policy], max_model_len: int):
+        self.policies = [policy for policy in all_policies if policy.name != "paged"]
         self.max_model_len = max_model_len
         self.holding: dict = {}  # request -> its reservation under each policy
         self.reserved = [0] * len(self.policies)
@@ -159,7 +163,7 @@ class ReservationAccounting:
             self._release(request)
 
     def _reserve(self, request) -> None:
-        outputs = min(request.max_tokens, self.max_model_len - request.prompt_len)
+        outputs = final_num_outputs(request, self.max_model_len)
         slots = [p.reserve(request.prompt_len, outputs, self.max_model_len) for p in self.policies]
         self.holding[request] = slots
         self.reserved = [total + mine for total, mine in zip(self.reserved, slots)]
