@@ -60,7 +60,11 @@ class SchedulerOutput:
     num_context_tokens: int = 0    # cached tokens they attend to, summed
     num_attention_pairs: int = 0   # (query, key) pairs of causal attention, summed
     num_decode_tokens: int = 0     # new tokens of decodes, drafts included (the rest: prompts)
-    num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch
+    num_padding_tokens: int = 0    # STATIC only: tokens computed just to pad the batch ...
+    num_prompt_padding_tokens: int = 0  # ... of them, those padding prompts to the longest
+    #                                     (the rest are finished members' decode slots)
+    num_idle_slots: int = 0        # STATIC only: seats of the batch left empty while requests
+    #                                waited (none may join until the batch drains)
     prefix_lookups: list[PrefixLookup] = field(default_factory=list)  # admitted, caching on
 
     @property
@@ -156,6 +160,8 @@ class DecodeRun:
     num_context_tokens: int    # what the first step attends to; each step adds num_seqs
     num_padding_tokens: int    # per step
     last_token_s: float        # when the sampling requests got their latest token
+    num_idle_slots: int = 0    # per step: STATIC's empty seats while requests wait (the run
+    #                            stops at the next arrival, so the queue does not change in it)
 
 
 class BatchScheduler(Protocol):
@@ -200,3 +206,9 @@ class EngineStep:
     num_free_blocks: Optional[int]  # after the step; None for contiguous KV (no blocks)
     kv_reserved_slots: int     # while the step ran
     kv_used_slots: int         # while the step ran
+    block_tables: Optional[dict[str, list[int]]] = None  # after the step: request id -> its
+    #                            physical block ids (PagedAttention), a live view of the KV
+    #                            cache's own tables, not a copy; None for contiguous KV, and in
+    #                            the steps main.repeat_identical_decode_steps prices in bulk
+    #                            (their blocks are taken when the run is applied), which only
+    #                            observers of sums see

@@ -212,6 +212,7 @@ class PagedKVCache:
 
 class ContiguousKVCache:
     """One max_model_len-slot reservation per admitted request, as before PagedAttention."""
+    block_tables = None  # one region per request, no blocks to map
 
     def __init__(self, num_total_slots: int, max_model_len: int):
         self.num_total_slots = num_total_slots

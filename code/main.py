@@ -1,7 +1,8 @@
 """servesim: the scheduler of an LLM serving engine, on a virtual clock.
 
     python3 code/main.py            # compare: the four modes side by side on a mixed workload
-    python3 code/main.py --help     # the commands: compare, run, sweep, lesson-check, presets
+    python3 code/main.py --help     # the commands: compare, run, sweep, kv-waste, lesson-check,
+                                    # presets, calibration
 
 One engine loop (`simulate`, below) serves a stream of requests in any of four modes. Read it
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch
@@ -68,11 +69,12 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
         clock_s += step_s
         result = scheduler.update_from_output(batch, clock_s)  # tokens out, finished freed
         arrivals.on_finished(len(result.finished), clock_s)
-        recorder.on_step(step_s, batch, result, reserved, used)
+        recorder.on_step(step_s, batch, result, reserved, used, start_s=clock_s - step_s,
+                         num_waiting=len(scheduler.waiting))
         for observe in observers:
             observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
                                len(scheduler.running), len(scheduler.waiting),
-                               scheduler.num_free_blocks, reserved, used))
+                               scheduler.num_free_blocks, reserved, used, kv_cache.block_tables))
         if progress:
             progress(recorder, clock_s)
 
@@ -98,7 +100,8 @@ def repeat_identical_decode_steps(scheduler: BatchScheduler, clock, recorder, ar
         reserved, used = reserved + new_slots, used + run.num_sampled
         step_s = clock.decode_step_time_s(run.num_seqs, context)
         clock_s += step_s
-        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used)
+        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
+                                    num_waiting=len(scheduler.waiting))
         if observers:
             observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s,
                                     step_s, clock_s - last_token_s, reserved, used)

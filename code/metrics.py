@@ -15,13 +15,31 @@ ranks, like numpy's default, so P50 of [1, 2, 3, 4] is 2.5. Means are exactly ro
 ITLs are many (one per output token), so the recorder counts equal gaps once: a decode step of
 64 requests adds "step_ms x 64", not 64 entries. Percentiles over (value, count) pairs give
 exactly what the expanded list would. And the recorder keeps no request: when one ends, it
-notes its five numbers (arrival, prompt length, first and last token time, output tokens) in
-arrays, so memory stays flat with the number of requests.
+notes its numbers (arrival, prompt length, when it was first scheduled, first and last token
+time, output tokens) in arrays, so memory stays flat with the number of requests.
 
 With speculative decoding a step can give a request several tokens at once (accepted drafts
 and the target's own). A client streaming the answer receives them together, so `vllm bench
 serve` records one gap for them, and so does servesim: ITL counts gaps between arrivals of
 output, TPOT divides by tokens. The drafts' counters are vLLM's (spec_decode.SpecDecodingStats).
+
+Beside the latencies, counters that say where a mode's time and tokens went (exercise 1):
+
+    queue time          first scheduled - arrival: waiting for admission (vLLM's
+                        request_queue_time); in STATIC, for the running batch to drain
+    prompt / decode     STATIC's padding, split: prompts padded to the longest, and finished
+      padding           members still computed in every decode step until the batch drains
+    idle batch seats    STATIC's empty seats while requests waited, time-averaged
+    prefill tokens      tokens computed that were not decodes: prompts less their prefix cache
+      computed          hits, recomputation after preemption, STATIC's prompt padding
+    recomputed tokens   KV a preemption threw away and computed again on resume (what the
+                        request found again in the prefix cache is not computed again)
+    prompt time         share of the busy time spent in steps that computed prompt tokens
+    decode-only time    share of it spent in steps of decodes alone while requests waited:
+      while waiting     memory-bound steps whose idle compute the waiting prompts could have
+                        used, had the KV blocks, the token budget or a static batch let them in
+    decodes beside      decode tokens computed in a step that also computed prompt tokens:
+      prompts           each of them waited for that prompt's work (the ITL chunking shortens)
 """
 
 import bisect
@@ -122,6 +140,8 @@ class RunRecorder:
         self.arrival_s = array("d")
         self.prompt_len = array("q")
         self.status = bytearray()
+        self.is_scheduled = bytearray()          # 1 once the request got its first tokens
+        self.first_scheduled_s = array("d")      # ... at the start of that step
         self.first_token_s = array("d")
         self.last_token_s = array("d")
         self.num_output_tokens = array("q")
@@ -135,7 +155,15 @@ class RunRecorder:
         self.num_padding_tokens = 0
         self.num_prefill_tokens = 0     # computed tokens that were not decodes: prompts (less
         #                                 their cache hits), recomputation after preemption
+        self.num_prompt_padding_tokens = 0
+        self.num_decode_tokens = 0
+        self.num_decode_tokens_beside_prompts = 0
         self.num_preemptions = 0
+        self.num_recomputed_tokens = 0  # summed over ended requests
+        self.busy_s = 0.0                 # summed step durations
+        self.prompt_busy_s = 0.0          # ... of the steps that computed prompt tokens
+        self.decode_only_waiting_s = 0.0  # ... of decode-only steps while requests waited
+        self.idle_slot_seconds = 0.0      # STATIC's empty seats while requests waited x how long
         self.reserved_slot_seconds = 0.0  # KV slots reserved x how long
         self.wasted_slot_seconds = 0.0    # reserved but holding no real token
         self.peak_reserved_slots = 0
@@ -146,7 +174,9 @@ class RunRecorder:
         self.arrival_s.append(request.arrival_s)
         self.prompt_len.append(request.prompt_len)
         self.status.append(IN_FLIGHT)
-        for numbers in (self.first_token_s, self.last_token_s, self.num_output_tokens):
+        self.is_scheduled.append(0)
+        for numbers in (self.first_scheduled_s, self.first_token_s, self.last_token_s,
+                        self.num_output_tokens):
             numbers.append(0)
 
     def on_finished(self, request: Request) -> None:
@@ -159,16 +189,31 @@ class RunRecorder:
                                            request.prompt_len))
             return
         self.status[index] = FINISHED
+        self.num_recomputed_tokens += request.num_recomputed_tokens
         self.first_token_s[index] = request.first_token_s
         self.last_token_s[index] = request.last_token_s
         self.num_output_tokens[index] = request.num_output_tokens
 
     def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
-                reserved_slots: int, used_slots: int) -> None:
-        """`reserved_slots` and `used_slots` are the KV cache's state while the step ran."""
+                reserved_slots: int, used_slots: int, *, start_s: float, num_waiting: int) -> None:
+        """`reserved_slots` and `used_slots` are the KV cache's state while the step ran, which
+        began at `start_s` with `num_waiting` requests left waiting."""
         self._count_step(step_s, batch.num_seqs, batch.num_scheduled_tokens,
-                         batch.num_padding_tokens, reserved_slots, used_slots)
+                         batch.num_padding_tokens, batch.num_decode_tokens, batch.num_idle_slots,
+                         reserved_slots, used_slots)
+        self.num_prompt_padding_tokens += batch.num_prompt_padding_tokens
+        if batch.num_scheduled_tokens > batch.num_decode_tokens:  # prompt tokens in the step
+            self.prompt_busy_s += step_s
+            self.num_decode_tokens_beside_prompts += batch.num_decode_tokens
+        elif num_waiting:
+            self.decode_only_waiting_s += step_s
         self.num_preemptions += len(batch.preempted)
+        is_scheduled = self.is_scheduled
+        for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began long ago)
+            index = scheduled.request.arrival_index
+            if not is_scheduled[index]:
+                is_scheduled[index] = 1
+                self.first_scheduled_s[index] = start_s
         self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
         for lookup in batch.prefix_lookups:
             if lookup.resumed:
@@ -186,18 +231,24 @@ class RunRecorder:
             self.on_finished(request)
 
     def on_decode_run_step(self, step_s: float, run: DecodeRun, itl_s: float,
-                           reserved_slots: int, used_slots: int) -> None:
+                           reserved_slots: int, used_slots: int, *, num_waiting: int) -> None:
         """One step of a DecodeRun: what `on_step` records for such a step."""
         self._count_step(step_s, run.num_seqs, run.num_seqs, run.num_padding_tokens,
-                         reserved_slots, used_slots)
+                         run.num_seqs, run.num_idle_slots, reserved_slots, used_slots)
         self.itl_counts[itl_s] += run.num_sampled
+        if num_waiting:
+            self.decode_only_waiting_s += step_s
 
     def _count_step(self, step_s: float, num_seqs: int, num_tokens: int, num_padding_tokens: int,
-                    reserved_slots: int, used_slots: int) -> None:
+                    num_decode_tokens: int, num_idle_slots: int, reserved_slots: int,
+                    used_slots: int) -> None:
         self.num_steps += 1
         self.num_scheduled_seqs += num_seqs
         self.num_computed_tokens += num_tokens
         self.num_padding_tokens += num_padding_tokens
+        self.num_decode_tokens += num_decode_tokens
+        self.busy_s += step_s
+        self.idle_slot_seconds += num_idle_slots * step_s
         self.reserved_slot_seconds += reserved_slots * step_s
         self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
         if reserved_slots > self.peak_reserved_slots:
@@ -275,6 +326,17 @@ class RunRecorder:
             "mean_batch_size": self.num_scheduled_seqs / self.num_steps if self.num_steps else 0.0,
             "padding_pct": _pct(self.num_padding_tokens, self.num_computed_tokens),
             "prefill_tokens_computed": self.num_prefill_tokens,
+            "prefill_padding_pct": _pct(self.num_prompt_padding_tokens, self.num_computed_tokens),
+            "decode_padding_pct": _pct(self.num_padding_tokens - self.num_prompt_padding_tokens,
+                                       self.num_computed_tokens),
+            "mean_idle_batch_slots": self.idle_slot_seconds / self.busy_s if self.busy_s else 0.0,
+            "mean_queue_ms": 1000 * self._mean_queue_s(),
+            "num_recomputed_tokens": self.num_recomputed_tokens,
+            "recomputed_pct": _pct(self.num_recomputed_tokens, self.num_computed_tokens),
+            "prompt_time_pct": _pct(self.prompt_busy_s, self.busy_s),
+            "decode_only_waiting_pct": _pct(self.decode_only_waiting_s, self.busy_s),
+            "decodes_beside_prompts_pct": _pct(self.num_decode_tokens_beside_prompts,
+                                               self.num_decode_tokens),
         })
         if self.prefix_caching:
             result.update({
@@ -287,6 +349,11 @@ class RunRecorder:
         if self.spec_decoding.num_draft_tokens:  # as vLLM, only when drafts were verified
             result.update(self.spec_decoding.metrics())
         return result
+
+    def _mean_queue_s(self) -> float:
+        """Mean time from arrival to first scheduled, over the completed requests."""
+        waits = [self.first_scheduled_s[i] - self.arrival_s[i] for i in self._completed_indexes()]
+        return math.fsum(waits) / len(waits) if waits else 0.0
 
     def rejections(self) -> list[Rejection]:
         return self.rejected

@@ -130,6 +130,8 @@ class Request:
     num_output_tokens: int = 0
     num_draft_tokens: int = 0  # drafts proposed for its next step (speculative decoding only)
     num_preemptions: int = 0
+    num_recomputed_tokens: int = 0  # tokens whose KV a preemption threw away: computed again
+    num_lost_tokens: int = 0  # of them, those its latest preemption threw away
     first_token_s: Optional[float] = None
     last_token_s: Optional[float] = None
     reject_reason: Optional[str] = None
@@ -168,9 +170,18 @@ class Request:
         """Recompute-style preemption: the KV is gone, outputs so far are kept."""
         assert self.status is RequestStatus.RUNNING, self.status
         self.status = RequestStatus.PREEMPTED
+        self.num_recomputed_tokens += self.num_computed_tokens  # work done twice
+        self.num_lost_tokens = self.num_computed_tokens
         self.num_computed_tokens = 0
         self.num_draft_tokens = 0  # drafted from KV that is gone
         self.num_preemptions += 1
+
+    def found_cached(self, num_cached_tokens: int) -> None:
+        """Admitted with its first tokens found in the prefix cache: they count as computed, and
+        those a preemption threw away but the cache kept are not computed twice after all."""
+        self.num_computed_tokens = num_cached_tokens
+        self.num_recomputed_tokens -= min(num_cached_tokens, self.num_lost_tokens)
+        self.num_lost_tokens = 0
 
     def finish(self) -> None:
         assert self.status is RequestStatus.RUNNING, self.status

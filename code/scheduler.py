@@ -170,7 +170,7 @@ class Scheduler:
             self.kv_cache.allocate_slots(request, num_cached_tokens, num_new_tokens, lookahead)
             self.waiting.popleft()
             request.admit()
-            request.num_computed_tokens = num_cached_tokens  # found, not computed again
+            request.found_cached(num_cached_tokens)  # found, not computed (again)
             self.running.append(request)
             self._admission_order[request] = self._num_admitted
             self._num_admitted += 1

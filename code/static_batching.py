@@ -20,7 +20,9 @@ NAIVE is this scheduler with a batch of one and no window: one request at a time
 
 Tokens stream as they are sampled, so a member's TTFT ends at the prefill step and its E2EL at
 its own last token; what it costs others is the padding the batch computes and the wait of
-everyone queued behind the batch. (Servers that returned a batch's responses only when it
+everyone queued behind the batch. The recorder counts each loss apart (exercise 1): prompt
+padding (`num_prompt_padding_tokens`), decode padding (the rest of `num_padding_tokens`), seats
+left empty while requests wait (`num_idle_slots`), and queueing (metrics.py's queue time). (Servers that returned a batch's responses only when it
 drained were worse still; servesim does not charge that.) The padded context is priced as
 computed; servesim does not cap it at max_model_len.
 """
@@ -90,8 +92,14 @@ class StaticBatchScheduler:
             for request in self.batch:
                 output.add(request, 1, self.num_padded_tokens)
         output.num_padding_tokens = len(self.batch) - len(self.unfinished)
+        output.num_idle_slots = self._num_idle_slots()
         self.kv_cache.fill(len(self.unfinished))  # the unfinished members' tokens are real
         return output
+
+    def _num_idle_slots(self) -> int:
+        """Seats of the running batch that a waiting request could take, were it allowed to
+        join: the loss continuous batching removes by admitting at every step."""
+        return min(self.max_batch_size - len(self.batch), len(self.waiting))
 
     def _batch_is_due(self, now_s: float) -> bool:
         if len(self.waiting) >= self.max_batch_size:
@@ -112,6 +120,8 @@ class StaticBatchScheduler:
         for request in self.batch:
             output.add(request, padded_prompt_len, 0)
             output.num_padding_tokens += padded_prompt_len - request.prompt_len
+        output.num_prompt_padding_tokens = output.num_padding_tokens
+        output.num_idle_slots = self._num_idle_slots()
         return output
 
     # -- after the forward pass -------------------------------------------------------------
@@ -158,7 +168,8 @@ class StaticBatchScheduler:
             return None
         return DecodeRun(itertools.repeat(0, num_steps), len(self.batch), len(self.unfinished),
                          len(self.batch) * self.num_padded_tokens,
-                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s)
+                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s,
+                         self._num_idle_slots())
 
     def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
         """The engine ran len(step_ends_s) decode steps of the batch, ending at those times."""

@@ -165,8 +165,10 @@ class NormalLengths:
         return min(max(round(tokens), 1), self.max_model_len)
 
     def describe(self) -> str:
-        return (f"prompts ~N({self.input_mean:g}, {self.input_std:g}) tok, outputs "
-                f"~N({self.output_mean:g}, {self.output_std:g}) tok, in [1, {self.max_model_len}]")
+        prompts = (f"prompts {self.input_mean:g} tok" if self.input_std == 0 else
+                   f"prompts ~N({self.input_mean:g}, {self.input_std:g}) tok")
+        return (f"{prompts}, outputs ~N({self.output_mean:g}, {self.output_std:g}) tok, in "
+                f"[1, {self.max_model_len}]")
 
 
 def _span(low_high: tuple[int, int]) -> str:

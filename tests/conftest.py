@@ -61,6 +61,14 @@ def run_steps(scheduler, num_steps, arrivals=None):
     return rows
 
 
+class EveryRequest:
+    """An observer that reads every request: the engine takes the plain rules, not the bulk path."""
+    needs_every_request = True
+
+    def __call__(self, step) -> None:
+        pass
+
+
 def make_workload(rows, max_concurrency=None):
     """A workload of (arrival_s, prompt_len, output_len) rows, ids "0", "1", ..."""
     from workload import Workload

@@ -8,18 +8,10 @@ and every summary figure must come out the same, in every mode, on pools small e
 import random
 
 from config import EngineConfig
-from conftest import make_workload
+from conftest import EveryRequest, make_workload
 from forward_model import make_clock
 from main import simulate
 from modes import MODES
-
-
-class EveryRequest:
-    """An observer that reads each request of every step: the engine takes the plain rules."""
-    needs_every_request = True
-
-    def __call__(self, step) -> None:
-        pass
 
 
 def random_case(rng: random.Random):
@@ -49,21 +41,30 @@ def served(config, num_blocks, rows, max_concurrency, mode, observers):
     return records, recorder.summary()
 
 
+# Summary counters that only some workloads move: each must be moved by several random cases,
+# so that "the same on both paths" is not vacuously true of a zero.
+COUNTERS = ("num_preemptions", "num_recomputed_tokens", "decode_padding_pct",
+            "prefill_padding_pct", "mean_idle_batch_slots", "decodes_beside_prompts_pct",
+            "mean_queue_ms", "decode_only_waiting_pct")
+
+
 def test_bulk_and_one_by_one_serve_every_request_at_the_same_times():
-    num_preempting_cases = 0
+    num_cases_moving = dict.fromkeys(COUNTERS, 0)
     for seed in range(40):
         rng = random.Random(seed)
         config, num_blocks, rows, max_concurrency = random_case(rng)
-        preempted = False
+        moved = set()
         for mode in MODES:
             if mode == "continuous" and config.token_budget(False) < config.max_model_len:
                 continue  # refused at start-up (vLLM's rule): nothing to serve
             bulk = served(config, num_blocks, rows, max_concurrency, mode, [])
             rules = served(config, num_blocks, rows, max_concurrency, mode, [EveryRequest()])
             assert bulk == rules, f"seed {seed}, mode {mode}"
-            preempted = preempted or bulk[1]["num_preemptions"] > 0
-        num_preempting_cases += preempted
-    assert num_preempting_cases >= 10  # the pools really were small enough to preempt
+            moved |= {name for name in COUNTERS if bulk[1][name] > 0}
+        for name in moved:
+            num_cases_moving[name] += 1
+    assert num_cases_moving["num_preemptions"] >= 10  # the pools were small enough to preempt
+    assert min(num_cases_moving.values()) >= 5, num_cases_moving
 
 
 def test_a_chart_sees_the_same_steps_whether_decodes_run_in_bulk_or_one_by_one():

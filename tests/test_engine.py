@@ -1,10 +1,12 @@
 """The engine loop: the virtual clock, queueing, rejection, and the step observers."""
 
+from dataclasses import replace
+
 import pytest
 
 from config import ConfigError, EngineConfig
-from conftest import make_workload
-from forward_model import RooflineClock
+from conftest import EveryRequest, make_workload
+from forward_model import RooflineClock, make_clock
 from gpu_memory import plan_memory
 from main import simulate
 from modes import MODES
@@ -70,3 +72,39 @@ def test_observers_see_every_step_in_order_with_free_blocks_after_it():
     assert all(later.start_s == pytest.approx(earlier.start_s + earlier.step_s)
                for earlier, later in zip(steps, steps[1:]))
     assert steps[-1].num_free_blocks == plan_memory(EngineConfig()).num_gpu_blocks
+
+
+
+@pytest.mark.parametrize("observers", [[], [EveryRequest()]], ids=["bulk", "one-by-one"])
+def test_a_preemption_counts_the_tokens_it_threw_away_and_they_are_computed_again(observers):
+    # 8 blocks of 4 tokens. A and B (prompt 12, 10 outputs) take 3 blocks each, then a 4th;
+    # when both fill 16 tokens, A needs a 5th block and preempts B, which had computed 16.
+    config = EngineConfig(block_size=4, max_model_len=32, enable_prefix_caching=False)
+    recorder = simulate(make_workload([(0.0, 12, 10), (0.0, 12, 10)]), MODES["continuous"],
+                        config, 8, RooflineClock(config), observers)
+    summary = recorder.summary()
+    assert (summary["num_preemptions"], summary["num_recomputed_tokens"]) == (1, 16)
+    # Every computed token is a prompt or a fed-back output (the last output never is), or
+    # one computed again.
+    assert recorder.num_computed_tokens == 2 * (12 + 10 - 1) + 16
+    # With prefix caching, B finds again the blocks of its own the pool did not hand out
+    # meanwhile: those are not computed twice.
+    cached = simulate(make_workload([(0.0, 12, 10), (0.0, 12, 10)]), MODES["continuous"],
+                      replace(config, enable_prefix_caching=True), 8, RooflineClock(config),
+                      observers).summary()
+    assert cached["num_preemptions"] == 1 and cached["prefix_cache_resumed_hits"] > 0
+    assert cached["num_recomputed_tokens"] == 16 - cached["prefix_cache_resumed_hits"]
+
+
+def test_decodes_that_share_a_step_with_a_prompt_and_the_queue_before_the_first_step():
+    # Linear clock: step ms = 1 + 0.01 x prompt tokens + 0.5 x decodes. A (prompt 10) runs
+    # alone in step 1 (1.1 ms); B (prompt 20, 1 output) arrives at 0.1 ms and runs in step 2
+    # beside A's first decode; A's second decode runs alone.
+    config = EngineConfig(forward_model="linear", linear_step_ms=1.0,
+                          linear_prefill_token_ms=0.01, linear_decode_token_ms=0.5)
+    summary = simulate(make_workload([(0.0, 10, 3), (0.0001, 20, 1)]), MODES["continuous"], config,
+                       1000, make_clock(config)).summary()
+    assert summary["decodes_beside_prompts_pct"] == 50.0  # 1 of A's 2 decode tokens
+    assert summary["mean_queue_ms"] == pytest.approx((0 + (1.1 - 0.1)) / 2)
+    step_ms = [1.1, 1 + 0.2 + 0.5, 1.5]
+    assert summary["prompt_time_pct"] == pytest.approx(100 * (step_ms[0] + step_ms[1]) / sum(step_ms))

@@ -4,7 +4,7 @@ import pytest
 
 from config import ConfigError
 from commands.flags import parse_goodput
-from goodput import describe_slos, is_good, request_goodput
+from goodput import describe_slos, is_good, num_missed, request_goodput
 from request import Request
 
 
@@ -61,3 +61,11 @@ def test_describe_slos_names_each_target_with_its_unit():
     assert describe_slos({}) == []
     assert describe_slos({"ttft": 3000.0, "tpot": 50.0}) == [
         "goodput: requests with TTFT <= 3000 ms and TPOT <= 50 ms, per second"]
+
+
+def test_each_slo_counts_the_requests_that_missed_it():
+    fast = served("fast", first_token_s=0.5, last_token_s=1.5)                 # 0.5 s, 100 ms
+    slow_start = served("slow", first_token_s=3.0, last_token_s=3.5, num_output=6)  # TPOT met
+    stalled = served("stalled", first_token_s=2.5, last_token_s=5.5)          # 2.5 s, 300 ms
+    assert num_missed([fast, slow_start, stalled], {"ttft": 2000, "tpot": 100}) == {
+        "ttft": 2, "tpot": 1}

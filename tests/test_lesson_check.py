@@ -85,7 +85,7 @@ def test_readme_shows_this_very_report(checks):
 
 
 def test_the_v0_18_gotcha_runs_as_v0_18_would_and_the_verdict_names_where_it_held(checks):
-    check = checks[7]
+    check = checks[8]
     served = check.findings[0]
     assert "chunked prefill on, draft model llama-3.2-1b" in served
     tpot_ms, plain_tpot_ms = numbers(served.split("mean TPOT")[1])[:2]
@@ -95,3 +95,15 @@ def test_the_v0_18_gotcha_runs_as_v0_18_would_and_the_verdict_names_where_it_hel
     assert check.verdict.startswith("does not hold in v0.18.0")
     assert "it held in V0 up to 0.6.3" in check.verdict
     assert "--speculative-config" in check.findings[2]
+
+
+def test_ttft_tail_verdict_follows_the_short_and_long_tails_it_prints(checks):
+    check = checks[7]
+    assert check.claim.startswith("chunked prefill protects the TTFT tail")
+    (mixed_short, mixed_chunked_short, *_), (behind_short, behind_chunked_short, *_) = (
+        numbers(finding.split("short prompts")[-1]) for finding in check.findings[:2])
+    capped_short, capped_long = numbers(check.findings[2].split("capped):")[1])
+    chunking_hurt_both = mixed_chunked_short > mixed_short and behind_chunked_short > behind_short
+    assert check.verdict.startswith("does not hold for chunking alone") == chunking_hurt_both
+    assert ("What protects short requests' TTFT is capping" in check.verdict) == (
+        capped_short < behind_short)

@@ -80,8 +80,10 @@ def test_ttft_tpot_e2el_and_throughput_follow_vllm_bench_definitions():
 def test_kv_waste_is_time_weighted_over_steps():
     recorder = RunRecorder(num_total_kv_slots=100)
     batch = SchedulerOutput()
-    recorder.on_step(1.0, batch, StepResult(), reserved_slots=80, used_slots=20)  # 75% empty
-    recorder.on_step(3.0, batch, StepResult(), reserved_slots=40, used_slots=40)  # full
+    recorder.on_step(1.0, batch, StepResult(), reserved_slots=80, used_slots=20,
+                     start_s=0.0, num_waiting=0)  # 75% empty
+    recorder.on_step(3.0, batch, StepResult(), reserved_slots=40, used_slots=40,
+                     start_s=1.0, num_waiting=0)  # full
     summary = recorder.summary()
     assert summary["kv_waste_pct"] == 100 * 60 / (80 + 120)  # 60 empty slot-s of 200 reserved
     assert summary["peak_kv_usage_pct"] == 80.0

@@ -106,17 +106,17 @@ def test_kv_line_ends_at_the_last_steps_blocks(runs, svg_text):
         points = plots.kv_points(run)
         assert len(points) == run.recorder.num_steps
         assert points[-1] == (run.series.end_s[-1], run.series.kv_blocks[-1])
-        assert len(series(panels[run.name], run.name)) == len(decimate_min_max(points))
+        assert len(series(panels[run.name], "held")) == len(decimate_min_max(points))
 
 
 def test_queue_lines_have_a_point_per_step(runs, svg_text):
     panels = mode_panels(charts(svg_text)["queues-over-time"])
     for run in runs:
-        for label, waiting in (("running", False), ("waiting", True)):
+        for label, waiting in (("in the batch", False), ("waiting", True)):
             points = plots.queue_points(run, waiting)
             assert len(points) == run.recorder.num_steps
             assert len(series(panels[run.name], label)) == len(decimate_min_max(points))
-        assert plots.queue_points(run, waiting=False)[-1][1] == 0  # everyone done at the end
+        assert plots.queue_points(run, waiting=True)[-1][1] == plots.QUEUE_FLOOR  # none left
 
 
 def test_ttft_cdf_has_one_point_per_completed_request(runs, svg_text):
@@ -144,3 +144,35 @@ def test_sweep_svg_holds_four_charts_with_one_point_per_load():
     for chart in root.values():
         panel = next(iter(chart))
         assert len(series(panel, "STATIC")) == len(series(panel, "CONTINUOUS")) == 4
+
+
+def x_tick_labels(panel) -> list[str]:
+    """The tick labels under a panel's x axis (size 10, centred)."""
+    return [t.text for t in panel if t.tag == f"{SVG}text" and t.get("font-size") == "10"
+            and t.get("text-anchor") == "middle"]
+
+
+def test_every_mode_draws_on_one_time_axis(runs, svg_text):
+    last_end_s = max(run.series.end_s[-1] for run in runs)
+    for chart_id in TIME_SERIES_CHARTS:
+        ticks = [x_tick_labels(panel) for panel in mode_panels(charts(svg_text)[chart_id]).values()]
+        assert all(labels == ticks[0] for labels in ticks)
+        assert float(ticks[0][-1].replace(",", "")) <= last_end_s
+
+
+def test_legends_sit_above_the_plot_area_not_on_the_data(svg_text):
+    for chart_id in (*TIME_SERIES_CHARTS, "ttft-cdf"):
+        for panel in charts(svg_text)[chart_id]:
+            frame_top = min(float(line.get("y1")) for line in panel if line.tag == f"{SVG}line"
+                            and line.get("stroke") == "#999999" and line.get("x1") == line.get("x2"))
+            keys = [float(t.get("y")) for t in panel if t.tag == f"{SVG}text"
+                    and t.get("font-size") == "10" and t.get("text-anchor") == "start"]
+            assert keys and max(keys) < frame_top
+
+
+def test_naives_one_running_request_stands_above_the_floor_of_the_queue_axis():
+    config = EngineConfig()
+    engine = Engine(simulate, config, [MODES["naive"]], plan_memory(config), make_clock(config), {})
+    [naive] = serve_modes(engine, mixed_workload(6, 4.0, 1.0, 0), Watch(series=True))
+    in_batch = [y for _, y in plots.queue_points(naive, waiting=False)]
+    assert set(in_batch) == {1}  # every step computes its one request

@@ -7,7 +7,7 @@ is one engine step: (start in ms, tokens scheduled per request, padding tokens, 
 import pytest
 
 from config import EngineConfig
-from conftest import make_workload
+from conftest import EveryRequest, make_workload
 from main import simulate
 from modes import MODES
 
@@ -18,6 +18,9 @@ class OneMillisecondClock:
     """Every step takes 1 ms, whatever it computes."""
 
     def step_time_s(self, batch) -> float:
+        return STEP_S
+
+    def decode_step_time_s(self, num_seqs, num_context_tokens) -> float:
         return STEP_S
 
 
@@ -87,3 +90,27 @@ def test_a_prompt_of_max_model_len_is_rejected_on_arrival(mode):
                         OneMillisecondClock())
     assert [r.request_id for r in recorder.rejections()] == ["0"]
     assert [r.index for r in recorder.completed()] == [1]
+
+
+@pytest.mark.parametrize("observers", [[], [EveryRequest()]], ids=["bulk", "one-by-one"])
+def test_static_loss_is_split_into_prompt_padding_decode_padding_idle_seats_and_queueing(observers):
+    # At 10 ms the batch of 0 (prompt 4, 3 outputs) and 1 (prompt 6, 1 output) forms: prompts
+    # padded to 6, 2 tokens of prompt padding. Two decode steps follow in which 1, finished,
+    # computes padding: 2 tokens of decode padding. 2 arrives at 10.5 ms, while the batch runs,
+    # and waits beside two empty seats (min(4 seats - 2 members, 1 waiting) = 1 it could take) in
+    # both decode steps; the batch drains at 13 ms, 2's window ends at 20.5 ms, its prompt of 3
+    # runs alone.
+    config = EngineConfig(max_num_seqs=4, batching_window_ms=10.0, max_model_len=100,
+                          block_size=1)
+    recorder = simulate(make_workload([(0.0, 4, 3), (0.002, 6, 1), (0.0105, 3, 1)]),
+                        MODES["static"], config, 800, OneMillisecondClock(), observers)
+    summary = recorder.summary()
+    computed = 12 + 2 + 2 + 3
+    assert summary["prefill_padding_pct"] == pytest.approx(100 * 2 / computed)
+    assert summary["decode_padding_pct"] == pytest.approx(100 * 2 / computed)
+    assert summary["padding_pct"] == pytest.approx(100 * 4 / computed)
+    assert summary["mean_idle_batch_slots"] == pytest.approx((1 + 1) / 4)  # seat-ms / busy ms
+    assert summary["mean_queue_ms"] == pytest.approx((10 + 8 + 10) / 3)
+    assert summary["prompt_time_pct"] == pytest.approx(100 * 2 / 4)  # 2 of 4 steps
+    assert summary["decode_only_waiting_pct"] == pytest.approx(100 * 2 / 4)  # 2 decoded beside it
+    assert summary["num_recomputed_tokens"] == 0 and summary["decodes_beside_prompts_pct"] == 0

@@ -108,3 +108,16 @@ def test_rendered_timeline_fits_100_columns_and_says_what_it_left_out():
     assert all(len(line) <= 100 for line in lines)
     assert lines[-1].startswith("(4 more request(s) ran in these steps")
     assert lines[1].split("|")[1].split() == [str(i) for i in range(MAX_REQUEST_COLUMNS)]
+
+
+def test_the_worst_itl_window_draws_the_prompt_that_made_the_step_slow_before_other_prompts():
+    # Two requests decode; nine short prompts join them in step 1, and in step 2 a 1,000-token
+    # prompt stalls all eleven decodes (16.5 ms). The row before it holds nine prompts that
+    # appeared earlier: the long one must still be drawn, in the step it made slow.
+    workload = tiny_workload((0.0, 10, 40), (0.0, 10, 40), *[(0.0011, 10, 40)] * 9,
+                             (0.0013, 1000, 2))
+    window = watch(workload, "continuous", parse_timeline_spec(6, "worst-itl"))
+    lines = render_timeline("CONTINUOUS", window)
+    assert lines[0].endswith("(16.5 ms, ended by step 2)")
+    assert "11" in lines[1].split("|")[1].split()  # the long prompt's column
+    assert "P1000*" in next(line for line in lines[2:] if line.split()[0] == "2")

@@ -62,9 +62,12 @@ def test_svg_and_detailed_files_appear_whole_on_success(capsys, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["run.json", "run.svg"]
 
 
-def test_compare_without_new_flags_prints_no_goodput_and_no_timeline(capsys):
+def test_compare_without_new_flags_judges_goodput_by_the_chat_slos_and_draws_no_timeline(capsys):
     _, out, _ = servesim(capsys, "compare", *SMALL)
-    assert "goodput" not in out and LEGEND[0] not in out
+    lines = out.splitlines()
+    assert lines[3] == ("goodput: requests with TTFT <= 2000 ms and TPOT <= 100 ms, per second "
+                        "(the default: an interactive chat)")
+    assert lines[5].endswith("goodput req/s") and LEGEND[0] not in out
 
 
 def test_compare_with_goodput_adds_a_column_and_json_key(capsys):

@@ -3,6 +3,7 @@
     compare       the modes side by side on one workload (the default command)   compare.py
     run           one mode in depth: vllm bench serve's result block              run.py
     sweep         rising load in each mode: the latency-throughput curve          sweep.py
+    kv-waste      KV waste of contiguous, power-of-two and paged reservations     kv_waste.py
     lesson-check  the lesson's numbers against physics and simulation             lesson_check.py
     presets       the GPU and model presets                                       presets.py
     calibration   the virtual clock against published measurements                calibration.py
@@ -18,11 +19,11 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from commands import calibration, compare, lesson_check, presets, run, sweep
+from commands import calibration, compare, kv_waste, lesson_check, presets, run, sweep
 from config import ConfigError, Knobs
 from workload import WorkloadError
 
-COMMANDS = (compare, run, sweep, lesson_check, presets, calibration)
+COMMANDS = (compare, run, sweep, kv_waste, lesson_check, presets, calibration)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ def add_parser(subparsers, knobs) -> None:
                     "tokens / duration; TTFT = first token - arrival; TPOT = mean gap after the "
                     "first token; ITL = every gap between tokens; seqs/step = mean batch size; "
                     "padding % = computed tokens that were padding; KV waste % = reserved KV "
-                    "slots holding no token, averaged over time; preempted = preemption events. "
-                    "Times on the virtual clock.")
+                    "slots holding no token, averaged over time; preempted = preemption events; "
+                    "goodput req/s = requests meeting every --goodput SLO, per second. Times on "
+                    "the virtual clock.")
     flags.add_engine_flags(parser, knobs)
     add_workload_flags(parser)
     group = parser.add_argument_group("output")
@@ -36,7 +37,7 @@ def add_parser(subparsers, knobs) -> None:
                         default_text=f"{','.join(knobs.compared_modes)}: COMPARED_MODES in "
                                      "code/main.py")
     flags.add_format_flags(group)
-    flags.add_goodput_flag(parser)
+    flags.add_chat_goodput_flag(parser)
     flags.add_picture_flags(parser, timeline=True)
     parser.set_defaults(command=run_compare)
 
@@ -44,7 +45,7 @@ def add_parser(subparsers, knobs) -> None:
 def run_compare(args: argparse.Namespace, context) -> str:
     modes = flags.modes_from_args(args, context.knobs.compared_modes,
                                   knob="COMPARED_MODES in code/main.py")
-    engine = flags.engine_from_args(args, context, modes)
+    engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
     workload = workload_from_args(args, engine.config)
     outputs = flags.outputs_from_args(args)
     with PendingFiles(outputs) as files:
@@ -61,12 +62,14 @@ def run_compare(args: argparse.Namespace, context) -> str:
                                                        engine.plan.num_gpu_blocks))
         if outputs.format == "json":
             return tables.to_json(engine.config, engine.plan, workload, results, recorders)
-        columns = tables.COLUMNS + ([tables.GOODPUT_COLUMN] if engine.slos_ms else [])
-        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms)
+        columns = tables.COLUMNS + [tables.GOODPUT_COLUMN]
+        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms,
+                                                             flags.goodput_note(args))
         lines += [""] + tables.comparison_table(results, columns)
         lines += tables.speculation_lines(results)
         lines += tables.rejection_lines(recorders)
-        lines += [""] + tables.takeaways(dict(results), engine.config.forward_model)
+        lines += [""] + tables.takeaways(dict(results), engine.config.forward_model,
+                                         engine.slos_ms)
         for run in runs:
             if run.timeline:
                 lines += [""] + render_timeline(run.name, run.timeline)

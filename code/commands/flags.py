@@ -19,7 +19,7 @@ from commands import progress
 from commands.serving import Engine
 from config import ConfigError, EngineConfig, Knobs, flag_name
 from forward_model import make_clock
-from goodput import SLO_NAMES
+from goodput import CHAT_SLOS_MS, SLO_NAMES
 from gpu_memory import plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
@@ -31,11 +31,15 @@ from spec_decode import MODELLED_METHODS, parse_speculative_config
 DEFAULTS = EngineConfig()
 DEFAULT_TIMELINE_STEPS = 16
 GOODPUT_EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
+CHAT_GOODPUT = tuple(f"{name}:{ms:g}" for name, ms in CHAT_SLOS_MS.items())  # compare, sweep
+CHAT_GOODPUT_NOTE = "the default: an interactive chat"
 
 
 # -- the flags -----------------------------------------------------------------------------------
 
-def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
+def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
+                     budget_list: bool = False) -> None:
+    """`budget_list`: --max-num-batched-tokens takes a comma list (sweep's budget sweep)."""
     group = parser.add_argument_group("engine (vLLM's flag names)")
     group.add_argument("--model", default=DEFAULTS.model, choices=list(MODELS),
                        help=f"model preset (default {DEFAULTS.model})")
@@ -58,11 +62,16 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs) -> None:
     group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
                        help=f"most requests per batch; STATIC's batch size (default "
                             f"{knobs.max_num_seqs}: MAX_NUM_SEQS in code/main.py)")
-    group.add_argument("--max-num-batched-tokens", type=int, metavar="TOKENS", default=None,
-                       help=f"token budget per step of every continuous mode (default: "
-                            f"{knobs.max_num_batched_tokens} with chunked prefill, "
-                            "MAX_NUM_BATCHED_TOKENS in code/main.py; max(max_model_len, 2048) "
-                            "without, as vLLM)")
+    budget_help = (f"token budget per step of every continuous mode (default: "
+                   f"{knobs.max_num_batched_tokens} with chunked prefill, MAX_NUM_BATCHED_TOKENS "
+                   "in code/main.py; max(max_model_len, 2048) without, as vLLM)")
+    if budget_list:
+        group.add_argument("--max-num-batched-tokens", metavar="TOKENS[,TOKENS...]",
+                           default=None, help=budget_help + "; a comma list, e.g. "
+                           "256,512,1024,2048,8192, sweeps the budget at one load")
+    else:
+        group.add_argument("--max-num-batched-tokens", type=int, metavar="TOKENS", default=None,
+                           help=budget_help)
     group.add_argument("--long-prefill-token-threshold", type=int, metavar="TOKENS",
                        default=DEFAULTS.long_prefill_token_threshold,
                        help="cap on one request's prompt tokens per step (0 = off)")
@@ -121,6 +130,18 @@ def add_goodput_flag(parser: argparse.ArgumentParser, default: str = "none") -> 
         help=f"SLOs in milliseconds, e.g. {GOODPUT_EXAMPLE}; request goodput (req/s) "
              "= requests meeting every SLO given, per second of the run's duration "
              f"(default {default})")
+
+
+def add_chat_goodput_flag(parser: argparse.ArgumentParser) -> None:
+    """--goodput defaulting to an interactive chat's SLOs (goodput.CHAT_SLOS_MS says why)."""
+    add_goodput_flag(parser, default=" ".join(CHAT_GOODPUT) + ": an interactive chat, whose "
+                     "answer starts within 2 s (MLPerf's TTFT bound for Llama-2-70B serving) and "
+                     "streams at 10 tokens/s or faster, about twice reading pace")
+
+
+def goodput_note(args: argparse.Namespace) -> str:
+    """Where the SLOs in a header came from: said only when they are the chat default."""
+    return "" if args.goodput else CHAT_GOODPUT_NOTE
 
 
 def add_percentile_flags(parser: argparse.ArgumentParser) -> None:
@@ -243,7 +264,7 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     config, name = config_from_args(args, context.knobs)
     for mode in modes:
         mode.check(config, name)
-    slos_ms = parse_goodput(args.goodput or list(default_goodput))
+    slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
     return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
 
@@ -258,6 +279,7 @@ class Outputs:
     timeline: Optional[TimelineSpec] = None     # --timeline / --timeline-at
     step_log: Optional[str] = None              # --step-log FILE
     save_detailed: Optional[str] = None         # --save-detailed FILE
+    block_table: Optional[str] = None           # --block-table ID (run only)
     percentiles: list[float] = field(default_factory=lambda: [99.0])
     percentile_metrics: list[str] = field(default_factory=lambda: list(PERCENTILE_METRICS))
 
@@ -279,6 +301,9 @@ def outputs_from_args(args: argparse.Namespace) -> Outputs:
             raise ConfigError("--timeline draws text; leave it out with --format json")
         num_steps = DEFAULT_TIMELINE_STEPS if args.timeline is None else args.timeline
         outputs.timeline = parse_timeline_spec(num_steps, args.timeline_at or "start")
+    outputs.block_table = getattr(args, "block_table", None)
+    if outputs.block_table is not None and args.format == "json":
+        raise ConfigError("--block-table draws text; leave it out with --format json")
     if hasattr(args, "metric_percentiles"):
         outputs.percentiles = parse_percentiles(args.metric_percentiles)
         outputs.percentile_metrics = parse_percentile_metrics(args.percentile_metrics)

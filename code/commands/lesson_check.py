@@ -22,8 +22,10 @@ from config import ConfigError, EngineConfig, Knobs
 from forward_model import RooflineClock, make_clock
 from gpu_memory import GIB, lookup, plan_memory
 from modes import MODES
+from metrics import percentile
+from request import Request
 from spec_decode import parse_speculative_config
-from workload import mixed_workload, random_workload
+from workload import Workload, mixed_workload, random_workload
 
 MODEL = "llama-3.3-70b-fp8"
 LESSON = EngineConfig(model=MODEL, gpu="h100-sxm5")  # vLLM's defaults otherwise
@@ -74,20 +76,28 @@ class LessonCheck:
         self.simulate = simulate
         self.knobs = knobs
         self._cache: dict = {}
+        self._recorders: dict = {}
 
-    def run(self, config: EngineConfig, mode: str, workload_name: str) -> dict:
+    def served(self, config: EngineConfig, mode: str, workload_name: str):
+        """The run's recorder (metrics.RunRecorder), simulated once per setup."""
         config = replace(config, **self.knobs.engine_defaults())
         key = (config, mode, workload_name)
-        if key not in self._cache:
+        if key not in self._recorders:
             plan = plan_memory(config)
-            self._cache[key] = self.simulate(WORKLOADS[workload_name](), MODES[mode], config,
-                                             plan.num_gpu_blocks, make_clock(config)).summary()
+            self._recorders[key] = self.simulate(WORKLOADS[workload_name](), MODES[mode], config,
+                                                 plan.num_gpu_blocks, make_clock(config))
+        return self._recorders[key]
+
+    def run(self, config: EngineConfig, mode: str, workload_name: str) -> dict:
+        key = (config, mode, workload_name)
+        if key not in self._cache:
+            self._cache[key] = self.served(config, mode, workload_name).summary()
         return self._cache[key]
 
     def checks(self) -> list[Check]:
         return [self.kv_per_sequence(), self.prefill_32k(), self.throughput_all_on(),
                 self.throughput_unchunked(), self.naive_loop(), self.kv_waste(),
-                self.itl_tail(), self.draft_model_with_chunked_prefill()]
+                self.itl_tail(), self.ttft_tail(), self.draft_model_with_chunked_prefill()]
 
     # -- arithmetic ---------------------------------------------------------------------------
 
@@ -263,6 +273,56 @@ class LessonCheck:
         return check
 
 
+    def ttft_tail(self) -> Check:
+        """Objective 3's hint against the concept section: whose TTFT tail does chunking
+        protect? Short and long prompts apart, on the default workload and where short requests
+        arrive just behind a long prompt; then with a long prompt's chunk capped."""
+        check = Check("chunked prefill protects the TTFT tail, not mean throughput (objective "
+                      "3; the concept section: P99 ITL)")
+        h200 = ELSEWHERE[0]
+        capped = replace(h200, long_prefill_token_threshold=LONG_PREFILL_CAP)
+        tails = {}
+        for workload_name, what in (("mixed", "the default mixed workload"),
+                                    ("behind-long", BEHIND_LONG_TEXT)):
+            whole = self.ttft_tails(h200, "continuous", workload_name)
+            chunked = self.ttft_tails(h200, "chunked", workload_name)
+            tails[workload_name] = whole, chunked
+            itl = [self.run(h200, mode, workload_name)["p99_itl_ms"]
+                   for mode in ("continuous", "chunked")]
+            check.findings.append(
+                f"{hardware_name(h200)}, {what}, P99 TTFT unchunked -> chunked: short prompts "
+                f"{whole[0]:,.0f} -> {chunked[0]:,.0f} ms, long ones {whole[1]:,.0f} -> "
+                f"{chunked[1]:,.0f} ms; P99 ITL {itl[0]:,.0f} -> {itl[1]:,.0f} ms")
+        short_capped, long_capped = self.ttft_tails(capped, "chunked", "behind-long")
+        whole, chunked = tails["behind-long"]
+        check.findings.append(
+            f"the same with --long-prefill-token-threshold {LONG_PREFILL_CAP} (a long prompt's "
+            f"share of each step capped): short prompts {short_capped:,.0f} ms, long "
+            f"{long_capped:,.0f} ms")
+        hurt = [name for name, (w, c) in tails.items() if c[0] > w[0]]
+        if len(hurt) == len(tails):
+            verdict = ("does not hold for chunking alone: it lengthens the TTFT tail of short "
+                       "prompts in both (each prompt takes more, costlier steps, and a running "
+                       "long prompt takes each step's budget before a waiting short one); it "
+                       "protects the ITL tail, as the concept section says")
+        else:
+            verdict = (f"holds for short prompts {'only ' if hurt else ''}where chunking "
+                       "shortened their TTFT tail")
+        if short_capped < whole[0]:
+            verdict += (f". What protects short requests' TTFT is capping a long prompt's chunk: "
+                        f"{whole[0]:,.0f} -> {short_capped:,.0f} ms, paid by the long prompt "
+                        f"({whole[1]:,.0f} -> {long_capped:,.0f} ms)")
+        check.verdict = verdict
+        return check
+
+    def ttft_tails(self, config: EngineConfig, mode: str, workload_name: str) -> tuple:
+        """P99 TTFT (ms) of the short prompts and of the long ones."""
+        records = self.served(config, mode, workload_name).completed()
+        short = [r.first_token_s - r.arrival_s for r in records if r.prompt_len < SHORT_PROMPT]
+        long = [r.first_token_s - r.arrival_s for r in records if r.prompt_len >= SHORT_PROMPT]
+        return 1000 * percentile(short, 99), 1000 * percentile(long, 99)
+
+
 def unsplit_costs(config: EngineConfig) -> str:
     """How much of a step that carries one budget-sized chunk more GPUs would not take away."""
     clock = RooflineClock(config)
@@ -293,6 +353,23 @@ def lesson_setup_refusal() -> str:
     return f"at vLLM's defaults: {plan.kv_cache_tokens:,} tokens of KV"
 
 
+SHORT_PROMPT = 2000      # a prompt shorter than this is chat-sized; longer, a document
+LONG_PREFILL_CAP = 256   # --long-prefill-token-threshold for the TTFT check
+BEHIND_LONG_TEXT = ("10 short prompts (300 tokens) arriving just behind a 7,800-token one while "
+                    "16 requests decode")
+
+
+def behind_long_workload() -> Workload:
+    """16 requests decoding; at 1 s a 7,800-token prompt, then, 10 ms apart, 10 short ones."""
+    rows = ([(0.0, 500, 300)] * 16 + [(1.0, 7800, 50)]
+            + [(1.01 + 0.01 * i, 300, 100) for i in range(10)])
+
+    def make_requests():
+        return iter([Request(str(i), *row) for i, row in enumerate(rows)])
+
+    return Workload("behind-long", BEHIND_LONG_TEXT, {"name": "behind-long"}, make_requests)
+
+
 WORKLOADS = {
     # 128 clients, each sending its next request when the last one finished.
     "closed": lambda: random_workload(INPUT_LEN, OUTPUT_LEN, 0.0, num_prompts=2 * CONCURRENCY,
@@ -301,6 +378,7 @@ WORKLOADS = {
     "closed-few": lambda: random_workload(INPUT_LEN, OUTPUT_LEN, 0.0, num_prompts=8,
                                           max_concurrency=CONCURRENCY),
     "mixed": lambda: mixed_workload(),
+    "behind-long": behind_long_workload,
 }
 
 

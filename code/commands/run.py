@@ -15,6 +15,7 @@ from config import ConfigError
 from goodput import describe_slos
 from metrics import serving_metrics
 from reports import tables
+from reports.block_table import render_block_table
 from reports.serving_block import serving_result_block
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
@@ -51,6 +52,11 @@ def add_parser(subparsers, knobs) -> None:
     flags.add_goodput_flag(parser)
     flags.add_percentile_flags(parser)
     flags.add_picture_flags(parser, timeline=True)
+    parser.add_argument_group("pictures").add_argument(
+        "--block-table", default=None, metavar="ID",
+        help="draw request ID's block table step by step (logical block -> physical block id, "
+             "as it takes and returns them), and the first request that is handed one of its "
+             "blocks again; continuous or chunked mode only")
     parser.set_defaults(command=run_one_mode)
 
 
@@ -62,9 +68,14 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
     engine = flags.engine_from_args(args, context, modes)
     workload = workload_from_args(args, engine.config)
     outputs = flags.outputs_from_args(args)
+    if outputs.block_table is not None and not modes[0].is_paged:
+        raise ConfigError(f"--block-table draws PagedAttention's block tables, and {modes[0].name} "
+                          "has none (it reserves max_model_len slots per request in one piece); "
+                          "use --mode continuous or chunked")
     with PendingFiles(outputs) as files:
         watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
-                      token_times=outputs.save_detailed is not None)
+                      token_times=outputs.save_detailed is not None,
+                      block_table=outputs.block_table)
         [mode_run] = serve_modes(engine, workload, watch)
         name, recorder = mode_run.name, mode_run.recorder
         require_completions(recorder)
@@ -93,4 +104,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
             lines += [""] + render_timeline(name, mode_run.timeline) + TIMELINE_LEGEND
             if engine.config.speculative_config is not None:
                 lines += DRAFTS_LEGEND
+        if mode_run.block_table:
+            lines += [""] + render_block_table(name, mode_run.block_table,
+                                               engine.plan.num_gpu_blocks)
         return "\n".join(lines)

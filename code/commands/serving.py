@@ -10,6 +10,7 @@ to see, so a command lists it in a `Watch` and gets back one `ModeRun` per mode:
     --timeline            TimelineWindow   the few steps to draw (reports/timeline.py)
     --save-detailed       TokenTimes       every token's time, per request (detailed.py)
     --step-log            StepLog          one JSON line per step (step_log.py)
+    --block-table ID      BlockTableWatch  one request's block table (reports/block_table.py)
 
 Nothing is attached that was not asked for: with no observers the engine loop does no extra work.
 """
@@ -23,6 +24,7 @@ from commands.step_log import StepLog
 from config import EngineConfig
 from gpu_memory import MemoryPlan, lookup
 from metrics import RunRecorder
+from reports.block_table import BlockTableWatch
 from reports.tables import header_lines
 from reports.timeline import TimelineSpec, TimelineWindow
 from reports.timeseries import StepSeries
@@ -64,6 +66,7 @@ class Watch:
     timeline: Optional[TimelineSpec] = None
     token_times: bool = False
     step_log: Optional[StepLog] = None
+    block_table: Optional[str] = None  # the request id whose table to draw
 
 
 @dataclass
@@ -73,6 +76,7 @@ class ModeRun:
     series: Optional[StepSeries] = None
     timeline: Optional[TimelineWindow] = None
     token_times: Optional[TokenTimes] = None
+    block_table: Optional[BlockTableWatch] = None
 
 
 def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
@@ -84,12 +88,15 @@ def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
             series = StepSeries(mode.name, engine.config.block_size, is_paged=mode.is_paged)
         timeline = TimelineWindow(watch.timeline) if watch.timeline else None
         token_times = TokenTimes() if watch.token_times else None
-        observers = [o for o in (series, timeline, token_times) if o is not None]
+        block_table = None
+        if watch.block_table is not None:
+            block_table = BlockTableWatch(watch.block_table, engine.config.block_size)
+        observers = [o for o in (series, timeline, token_times, block_table) if o is not None]
         if watch.step_log:
             observers.append(watch.step_log.observer(mode.name,
                                                      mode.caches_prefixes(engine.config)))
         recorder = engine.serve(workload, mode, observers)
-        runs.append(ModeRun(mode.name, recorder, series, timeline, token_times))
+        runs.append(ModeRun(mode.name, recorder, series, timeline, token_times, block_table))
     return runs
 
 

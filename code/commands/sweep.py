@@ -14,12 +14,17 @@ P99 ITL stays at a chunk's step time instead of a whole long prompt's.
 Defaults, and why: the compare workload (80 mixed requests, 10% of them 6-8k-token documents)
 at 1, 2, 4, 8 and 16 req/s. 1 req/s is light for continuous batching on the default H200 but
 already too much for STATIC; by 16 req/s every mode is saturated, so each curve shows its knee.
-Goodput counts requests with TTFT <= 3 s and TPOT <= 50 ms: an interactive chat target, whose
-per-token bound is the lesson's P99 ITL without chunked prefill (~50 ms). Goodput rises with the
-load, peaks, and collapses once the queue pushes TTFT past its target.
+Goodput counts requests with TTFT <= 2 s and TPOT <= 100 ms, the interactive chat that `compare`
+judges by too (goodput.CHAT_SLOS_MS says why). Goodput rises with the load, peaks, and collapses
+once the queue pushes TTFT past its target.
 
 Every point is a fresh run of the same requests (same seed) at another arrival rate or
 concurrency. The table and its JSON are in reports/sweep_table.py, the charts in reports/plots.py.
+
+`--max-num-batched-tokens 256,512,...` sweeps the token budget instead, at one load, in
+CONTINUOUS+CHUNKED (exercise 2): a step's budget bounds the KV blocks it can fill and how long it
+takes, so the rows show where the free blocks, not the budget, limit a step, and where a larger
+budget stops buying throughput and only stretches ITL (reports/sweep_table.budget_rule_lines).
 """
 
 import argparse
@@ -31,23 +36,28 @@ from commands.serving import Engine, require_completions
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
 from goodput import add_request_goodput, describe_slos
-from reports.sweep_table import (SweepPoint, saturation_lines, sweep_json, sweep_line,
-                                 sweep_table)
+from kv_cache import num_blocks_for
+from reports import tables
+from reports.sweep_table import (SweepPoint, budget_rule_lines, load_phrase, saturation_lines,
+                                 sweep_json, sweep_line, sweep_table)
 
 SWEEP_MODES = ("static", "continuous", "chunked")
+BUDGET_SWEEP_MODES = ("chunked",)  # the budget slices prompts only with chunked prefill on;
+#                                    without it vLLM refuses a budget below max_model_len
 SWEEP_RATES = (1, 2, 4, 8, 16)
-SWEEP_GOODPUT = ("ttft:3000", "tpot:50")
 
 
 def add_parser(subparsers, knobs) -> None:
     parser = subparsers.add_parser(
         "sweep", help="rising load in each mode: the latency-throughput curve",
-        description="Serve the same workload at each request rate (or concurrency) in each mode "
-                    "and print, per point: output tok/s, P99 TTFT ms, P99 ITL ms and goodput "
-                    "req/s (requests meeting every --goodput SLO, per second). Where a mode's "
-                    "throughput stops rising it is saturated; its latency then climbs. Times on "
-                    "the virtual clock.")
-    flags.add_engine_flags(parser, knobs)
+        description="Serve the same workload at each request rate (or concurrency, or token "
+                    "budget) in each mode and print, per point: output tok/s, P99 TTFT ms, P99 "
+                    "ITL ms, goodput req/s (requests meeting every --goodput SLO, per second) and "
+                    "preemption events; a budget sweep adds blocks/step (the KV blocks one "
+                    "step's budget can fill: budget / block size) and fewest free (the fewest "
+                    "free KV blocks during the run). Where a mode's throughput stops rising it is "
+                    "saturated; its latency then climbs. Times on the virtual clock.")
+    flags.add_engine_flags(parser, knobs, budget_list=True)
     add_workload_flags(parser)
     group = parser.add_argument_group("sweep")
     flags.add_mode_flag(group, default=None, default_text=",".join(SWEEP_MODES))
@@ -58,21 +68,24 @@ def add_parser(subparsers, knobs) -> None:
                        help="sweep --max-concurrency instead, e.g. 1,8,32 (all requests "
                             "ready at once unless --request-rate is given)")
     flags.add_format_flags(group, step_log=False)
-    flags.add_goodput_flag(parser, default=" ".join(SWEEP_GOODPUT))
+    flags.add_chat_goodput_flag(parser)
     flags.add_picture_flags(parser, timeline=False)
     parser.set_defaults(command=run_sweep)
 
 
 def run_sweep(args: argparse.Namespace, context) -> str:
-    modes = flags.modes_from_args(args, SWEEP_MODES)
-    engine = flags.engine_from_args(args, context, modes, default_goodput=SWEEP_GOODPUT)
-    load_name, workloads = sweep_workloads_from_args(args, engine.config)
+    budgets = parse_budgets(args)
+    if len(budgets) > 1:
+        modes = flags.modes_from_args(args, BUDGET_SWEEP_MODES)
+    else:
+        modes = flags.modes_from_args(args, SWEEP_MODES)
+    load_name, specs = sweep_points_from_args(args, context, modes, budgets)
     outputs = flags.outputs_from_args(args)
     with PendingFiles(outputs) as files:
-        points = run_points(engine, workloads, load_name)
-        first_workload = workloads[0][1]
+        points = run_points(modes, specs, load_name)
+        _, engine, first_workload = specs[0]
         title, _, workload_line, *speculation = engine.title_lines(first_workload)
-        load_lines = [sweep_line(points)] + describe_slos(engine.slos_ms)
+        load_lines = [sweep_line(points)] + describe_slos(engine.slos_ms, flags.goodput_note(args))
         header = [title, workload_line, *speculation] + load_lines
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
@@ -82,7 +95,50 @@ def run_sweep(args: argparse.Namespace, context) -> str:
                               points)
         lines = engine.title_lines(first_workload) + load_lines
         lines += [""] + sweep_table(points)
-        return "\n".join(lines + [""] + saturation_lines(points))
+        if load_name == "max_num_batched_tokens":
+            lines += [""] + budget_rule_lines(points, engine.plan.num_gpu_blocks,
+                                              engine.config.block_size)
+        else:
+            lines += [""] + saturation_lines(points)
+        return "\n".join(lines + top_load_surprises(points))
+
+
+def parse_budgets(args: argparse.Namespace) -> list[int]:
+    """--max-num-batched-tokens as a list (empty when not given); one value is just the knob."""
+    if args.max_num_batched_tokens is None:
+        return []
+    return [int(b) for b in flags.parse_loads("--max-num-batched-tokens",
+                                              args.max_num_batched_tokens, integer=True)]
+
+
+def sweep_points_from_args(args: argparse.Namespace, context, modes: list,
+                           budgets: list[int]) -> tuple[str, list]:
+    """(the load swept, [(value, engine, workload)]): every point's engine and workload built,
+    and so checked, before the first simulation."""
+    if len(budgets) > 1:
+        if args.request_rates is not None or args.concurrencies is not None:
+            raise ConfigError("sweep one thing at a time: a list of --max-num-batched-tokens "
+                              "runs at one load (--request-rate or --max-concurrency), so drop "
+                              "--request-rates and --concurrencies")
+        engines = [engine_for(args, context, modes, budget) for budget in budgets]
+        workload = workload_from_args(args, engines[0].config)
+        return "max_num_batched_tokens", [(b, e, workload) for b, e in zip(budgets, engines)]
+    engine = engine_for(args, context, modes, budgets[0] if budgets else None)
+    load_name, workloads = sweep_workloads_from_args(args, engine.config)
+    return load_name, [(load, engine, workload) for load, workload in workloads]
+
+
+def engine_for(args: argparse.Namespace, context, modes: list, budget) -> Engine:
+    return flags.engine_from_args(_with(args, max_num_batched_tokens=budget), context, modes,
+                                  default_goodput=flags.CHAT_GOODPUT)
+
+
+def top_load_surprises(points: list[SweepPoint]) -> list[str]:
+    """What looks wrong next to the lesson at the highest load, explained (reports/tables.py)."""
+    top = points[-1].load
+    results = {point.mode_name: point.metrics for point in points if point.load == top}
+    return tables.wrapped([f"- At {load_phrase(points[-1])}: {line[2:]}"
+                           for line in tables.surprise_lines(results)])
 
 
 def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, list]:
@@ -112,13 +168,20 @@ def _with(args: argparse.Namespace, **changes) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), **changes})
 
 
-def run_points(engine: Engine, workloads: list, load_name: str) -> list[SweepPoint]:
-    """Serve every (load, workload) in every mode; points in mode order, then load order."""
+def run_points(modes: list, specs: list, load_name: str) -> list[SweepPoint]:
+    """Serve every (load, engine, workload) in every mode; points in mode order, then load
+    order."""
     points = []
-    for mode in engine.modes:
-        for load, workload in workloads:
+    for mode in modes:
+        for load, engine, workload in specs:
             recorder = engine.serve(workload, mode)
             require_completions(recorder)
             metrics = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
+            if mode.is_paged:  # what the pool had left at its fullest (the budget rule's input)
+                block_size = engine.config.block_size
+                metrics["min_free_blocks"] = (engine.plan.num_gpu_blocks
+                                              - recorder.peak_reserved_slots // block_size)
+                if load_name == "max_num_batched_tokens":
+                    metrics["budget_blocks"] = num_blocks_for(int(load), block_size)
             points.append(SweepPoint(mode.name, load_name, load, metrics))
     return points

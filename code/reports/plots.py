@@ -8,7 +8,9 @@ chart across all modes:
     KV blocks held     blocks in use while each step ran, against the pool size: paged modes
                        fill and free block by block; NAIVE and STATIC reserve max_model_len
                        slots per request up front (drawn as reserved slots / block_size)
-    queues             requests running (solid) and waiting (dashed) after each step
+    queues             requests in each step's batch (solid) and waiting after it (dashed), on a
+                       log scale so that NAIVE's one request shows beside eighty waiting
+Every time series of every mode shares one time axis, so a mode that takes longer draws longer.
     TTFT CDF           the share of requests whose first token came within x seconds (log x)
 
 For `sweep`, four panels against the offered load (request rate or concurrency): output
@@ -23,7 +25,7 @@ every spike and every dip survives; every point drawn is one of the run's own.
 import math
 
 from reports.svg import Canvas, Line, Panel, fmt, nice_top, render_panel
-from reports.sweep_table import LOAD_LABELS, SweepPoint, load_text
+from reports.sweep_table import SweepPoint, load_text
 
 MODE_COLORS = {  # Okabe-Ito colours: distinct for colour-blind readers too
     "NAIVE": "#7f7f7f",
@@ -37,8 +39,10 @@ PADDING = 20
 ROW_LABEL_HEIGHT = 24
 ROW_HEIGHT = 200
 CDF_HEIGHT = 290
-CAPTION = ("Time series: one point per engine step, thinned to the lowest and highest point in "
-           f"each of {MAX_BINS} equal slices of the time axis, so every spike stays. Virtual time.")
+CAPTION = (f"One point per engine step, thinned to the lowest and highest of each of {MAX_BINS} "
+           "time slices, so every spike stays; one virtual time axis for all modes.")
+TIME_LABEL = "virtual time (s), shared by the modes"
+QUEUE_FLOOR = 0.5  # where a log axis of requests draws an empty queue (0 has no logarithm)
 
 
 def decimate_min_max(points: list[tuple[float, float]],
@@ -77,8 +81,9 @@ def kv_points(run) -> list[tuple[float, float]]:
 
 
 def queue_points(run, waiting: bool) -> list[tuple[float, float]]:
-    counts = run.series.num_waiting if waiting else run.series.num_running
-    return list(zip(run.series.end_s, counts))
+    """(virtual time s, requests); an empty queue at QUEUE_FLOOR, the log axis's bottom."""
+    counts = run.series.num_waiting if waiting else run.series.num_seqs
+    return [(end_s, max(count, QUEUE_FLOOR)) for end_s, count in zip(run.series.end_s, counts)]
 
 
 def ttft_cdf_points(run) -> list[tuple[float, float]]:
@@ -107,7 +112,8 @@ def runs_svg(title_lines: list[str], runs: list, num_pool_blocks: float) -> str:
     y_tops = {"itl-over-time": nice_top(max([1.0] + [ms for run in runs
                                                     for _, ms in itl_points(run)])),
               "kv-blocks-over-time": num_pool_blocks,
-              "queues-over-time": nice_top(max(_largest_queue(run) for run in runs))}
+              "queues-over-time": _decade_above(max(_largest_queue(run) for run in runs))}
+    time_range = (0.0, max(max(run.series.end_s, default=0.0) for run in runs) or 1.0)
     for row, run in enumerate(runs):
         _row_label(canvas, run, top + row * row_span)
     charts = [("itl-over-time", _itl_panel), ("kv-blocks-over-time", _kv_panel),
@@ -117,7 +123,7 @@ def runs_svg(title_lines: list[str], runs: list, num_pool_blocks: float) -> str:
         for row, run in enumerate(runs):
             panel = make_panel(run, PADDING + column * column_width,
                                top + row * row_span + ROW_LABEL_HEIGHT, column_width,
-                               y_tops[chart_id])
+                               y_tops[chart_id], time_range)
             render_panel(canvas, panel, f' data-mode="{run.name}"')
         canvas.add("</g>")
     cdf_top = top + len(runs) * row_span
@@ -142,7 +148,7 @@ def _header(canvas: Canvas, title_lines: list[str], captions: list[str]) -> floa
 
 
 def _largest_queue(run) -> int:
-    return max(run.series.num_running + run.series.num_waiting, default=1)
+    return max(run.series.num_seqs + run.series.num_waiting, default=1)
 
 
 def _row_label(canvas: Canvas, run, top: float) -> None:
@@ -154,43 +160,39 @@ def _row_label(canvas: Canvas, run, top: float) -> None:
                 size=12, color="#555555")
 
 
-def _time_range(run) -> tuple[float, float]:
-    return 0.0, max(run.series.end_s, default=0.0) or 1.0
-
-
-def _itl_panel(run, x: float, y: float, width: float, y_top: float) -> Panel:
+def _itl_panel(run, x: float, y: float, width: float, y_top: float, time_range) -> Panel:
     """Dots, not a line: the gaps of one step and the next are separate samples."""
     color = _color(run.name)
     dots = Line("each gap", color, decimate_min_max(itl_points(run)), connect=False)
     p99_ms = run.recorder.summary()["p99_itl_ms"]
-    start_s, end_s = _time_range(run)
-    p99 = Line(f"P99 {p99_ms:,.1f} ms", color, [(start_s, p99_ms), (end_s, p99_ms)],
+    p99 = Line(f"P99 {p99_ms:,.1f} ms", color, [(time_range[0], p99_ms), (time_range[1], p99_ms)],
                dashed=True)
-    return Panel(x, y, width, ROW_HEIGHT, "Inter-token latency", "virtual time (s)", "ITL (ms)",
-                 (start_s, end_s), (0.0, y_top), [dots, p99], title_color=color,
-                 legend="top-right")
+    return Panel(x, y, width, ROW_HEIGHT, "Inter-token latency", TIME_LABEL, "ITL (ms)",
+                 time_range, (0.0, y_top), [dots, p99], title_color=color, legend="above")
 
 
-def _kv_panel(run, x: float, y: float, width: float, num_pool_blocks: float) -> Panel:
+def _kv_panel(run, x: float, y: float, width: float, num_pool_blocks: float, time_range) -> Panel:
     title = "KV blocks held"
     if not run.series.is_paged:
         title = f"KV reserved (contiguous slots / {run.series.block_size})"
-    used = Line(run.name, _color(run.name), decimate_min_max(kv_points(run)))
-    pool = Line("KV pool", "#999999", [(_time_range(run)[0], num_pool_blocks),
-                                       (_time_range(run)[1], num_pool_blocks)], dashed=True)
-    return Panel(x, y, width, ROW_HEIGHT, title, "virtual time (s)",
-                 f"KV blocks ({run.series.block_size} tokens)", _time_range(run),
-                 (0.0, nice_top(num_pool_blocks)), [used, pool], title_color=_color(run.name))
+    used = Line("held", _color(run.name), decimate_min_max(kv_points(run)))
+    pool = Line(f"pool {num_pool_blocks:,.0f}", "#999999",
+                [(time_range[0], num_pool_blocks), (time_range[1], num_pool_blocks)], dashed=True)
+    return Panel(x, y, width, ROW_HEIGHT, title, TIME_LABEL,
+                 f"KV blocks ({run.series.block_size} tokens)", time_range,
+                 (0.0, nice_top(num_pool_blocks)), [used, pool], title_color=_color(run.name),
+                 legend="above")
 
 
-def _queue_panel(run, x: float, y: float, width: float, y_top: float) -> Panel:
+def _queue_panel(run, x: float, y: float, width: float, y_top: float, time_range) -> Panel:
+    """Log scale, so that one running request (NAIVE's) stands as clear as eighty waiting."""
     color = _color(run.name)
-    running = Line("running", color, decimate_min_max(queue_points(run, waiting=False)))
+    running = Line("in the batch", color, decimate_min_max(queue_points(run, waiting=False)))
     waiting = Line("waiting", color, decimate_min_max(queue_points(run, waiting=True)),
                    dashed=True)
-    return Panel(x, y, width, ROW_HEIGHT, "Requests running and waiting", "virtual time (s)",
-                 "requests", _time_range(run), (0.0, y_top), [running, waiting],
-                 title_color=color, legend="top-right")
+    return Panel(x, y, width, ROW_HEIGHT, "Requests in the batch and waiting", TIME_LABEL,
+                 "requests (log; 0 at the floor)", time_range, (QUEUE_FLOOR, y_top),
+                 [running, waiting], title_color=color, legend="above", log_y=True)
 
 
 def _cdf_panel(runs: list, top: float) -> Panel:
@@ -204,7 +206,7 @@ def _cdf_panel(runs: list, top: float) -> Panel:
     return Panel(PADDING, top, WIDTH - 2 * PADDING, CDF_HEIGHT,
                  title + (" (all modes)" if len(runs) > 1 else ""),
                  x_label, "share of requests", x_range, (0.0, 1.0), lines, log_x=log_x,
-                 legend="top-left")
+                 legend="above")
 
 
 # -- sweep --------------------------------------------------------------------------------------
@@ -221,6 +223,9 @@ SWEEP_CHARTS = [
      "request_goodput", 1.0, False),
 ]
 SWEEP_PANEL_HEIGHT = 300
+SWEEP_X_LABELS = {"request_rate": "offered load: request rate (req/s)",
+                  "max_concurrency": "offered load: max concurrency (requests in flight)",
+                  "max_num_batched_tokens": "token budget per step (--max-num-batched-tokens)"}
 SWEEP_CAPTION = ("Each point is a full run of the same requests at that load; points are evenly "
                  "spaced whatever their values.")
 
@@ -233,8 +238,7 @@ def sweep_svg(title_lines: list[str], points: list[SweepPoint]) -> str:
     top = _header(canvas, title_lines, [SWEEP_CAPTION])
     top = _legend_row(canvas, modes, top)
     panel_width = (WIDTH - 2 * PADDING) / 2
-    x_label = ("offered load: request rate (req/s)" if points[0].load_name == "request_rate"
-               else "offered load: max concurrency (requests in flight)")
+    x_label = SWEEP_X_LABELS[points[0].load_name]
     for index, (chart_id, title, y_label, key, scale, log_y) in enumerate(SWEEP_CHARTS):
         lines = [Line(mode, _color(mode), [(loads.index(p.load), scale * p.metrics[key])
                                            for p in points if p.mode_name == mode], markers=True)
@@ -262,6 +266,11 @@ def _legend_row(canvas: Canvas, modes: list[str], top: float) -> float:
         canvas.text(x + 28, top + 12, mode, size=12, weight="bold", color=_color(mode))
         x += 50 + 8 * len(mode)
     return top + 24
+
+
+def _decade_above(value: float) -> float:
+    """The power of ten at or above `value` (at least 10): a log axis's top."""
+    return 10.0 ** max(1, math.ceil(math.log10(max(value, 1))))
 
 
 def _decade_range(values: list[float]) -> tuple[float, float]:

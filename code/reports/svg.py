@@ -27,6 +27,7 @@ GRID_COLOR = "#e6e6e6"
 AXIS_COLOR = "#999999"
 TEXT_COLOR = "#333333"
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 58, 14, 26, 42
+LEGEND_BAND = 16  # extra top margin of a panel whose legend sits above its plot area
 
 
 @dataclass
@@ -55,7 +56,8 @@ class Panel:
     log_y: bool = False
     x_tick_labels: Optional[list[str]] = None  # categories at x = 0, 1, 2, ... instead of numbers
     title_color: str = TEXT_COLOR
-    legend: str = ""  # "", "top-right" or "top-left": where the legend card goes
+    legend: str = ""  # "" (none), "above" (a row between the title and the plot, off the data),
+    #                   "top-right" or "top-left" (a card in that corner of the plot area)
 
 
 def fmt(value: float) -> str:
@@ -138,9 +140,10 @@ class Canvas:
 
 def render_panel(canvas: Canvas, panel: Panel, group_attributes: str = "") -> None:
     """Draw one panel: frame, grid, ticks, axis labels, lines, legend."""
-    left, top = panel.x + MARGIN_LEFT, panel.y + MARGIN_TOP
+    legend_band = LEGEND_BAND if panel.legend == "above" else 0
+    left, top = panel.x + MARGIN_LEFT, panel.y + MARGIN_TOP + legend_band
     width = panel.width - MARGIN_LEFT - MARGIN_RIGHT
-    height = panel.height - MARGIN_TOP - MARGIN_BOTTOM
+    height = panel.height - MARGIN_TOP - legend_band - MARGIN_BOTTOM
     to_x = _scale(panel.x_range, left, left + width, panel.log_x)
     to_y = _scale(panel.y_range, top + height, top, panel.log_y)
     canvas.add(f'<g class="panel"{group_attributes}>')
@@ -152,7 +155,9 @@ def render_panel(canvas: Canvas, panel: Panel, group_attributes: str = "") -> No
     canvas.line(left, top, left, top + height, AXIS_COLOR)
     for line in panel.lines:
         _draw_line(canvas, line, to_x, to_y)
-    if panel.legend:
+    if panel.legend == "above":
+        _draw_legend_row(canvas, panel.lines, left, top - 8)
+    elif panel.legend:
         _draw_legend(canvas, panel.lines, panel.legend, (left + 6, left + width - 6), top + 6)
     canvas.add("</g>")
 
@@ -189,7 +194,7 @@ def _draw_y_axis(canvas: Canvas, panel: Panel, to_y, left: float, width: float) 
         y = to_y(value)
         canvas.line(left, y, left + width, y, GRID_COLOR)
         canvas.text(left - 5, y + 3.5, tick_label(value), size=10, anchor="end")
-    middle = panel.y + MARGIN_TOP + (panel.height - MARGIN_TOP - MARGIN_BOTTOM) / 2
+    middle = (to_y(panel.y_range[0]) + to_y(panel.y_range[1])) / 2
     canvas.text(panel.x + 13, middle, panel.y_label, anchor="middle", rotate=True)
 
 
@@ -212,6 +217,23 @@ def _draw_line(canvas: Canvas, line: Line, to_x, to_y) -> None:
             canvas.add(f'<circle cx="{fmt(x)}" cy="{fmt(y)}" r="3" fill="{line.color}"/>')
 
 
+def _draw_legend_row(canvas: Canvas, lines: list[Line], left: float, baseline: float) -> None:
+    """The lines' keys side by side above the plot area, where no data is drawn."""
+    x = left
+    for line in lines:
+        _draw_key(canvas, line, x, baseline - 3.5)
+        canvas.text(x + 22, baseline, line.label, size=10)
+        x += 34 + 6.2 * len(line.label)
+
+
+def _draw_key(canvas: Canvas, line: Line, left: float, y: float) -> None:
+    """A line's sample: a short stroke, or a dot for dots."""
+    if line.connect:
+        canvas.line(left, y, left + 18, y, line.color, 2.0, line.dashed)
+    else:
+        canvas.add(f'<circle cx="{fmt(left + 9)}" cy="{fmt(y)}" r="2.5" fill="{line.color}"/>')
+
+
 def _draw_legend(canvas: Canvas, lines: list[Line], corner: str, lefts_rights: tuple,
                  top: float) -> None:
     """One row per line on a white card, in the plot area's top left or top right corner."""
@@ -222,9 +244,5 @@ def _draw_legend(canvas: Canvas, lines: list[Line], corner: str, lefts_rights: t
                f'stroke="{GRID_COLOR}"/>')
     for i, line in enumerate(lines):
         y = top + 12 + 15 * i
-        if line.connect:
-            canvas.line(left + 6, y, left + 24, y, line.color, 2.0, line.dashed)
-        else:
-            canvas.add(f'<circle cx="{fmt(left + 15)}" cy="{fmt(y)}" r="2.5" '
-                       f'fill="{line.color}"/>')
+        _draw_key(canvas, line, left + 6, y)
         canvas.text(left + 28, y + 3.5, line.label, size=10)

@@ -3,11 +3,15 @@ saturated (commands/sweep.py serves the points; reports/plots.py draws them)."""
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass, replace
 
 from reports.tables import config_json
 
-LOAD_LABELS = {"request_rate": "rate req/s", "max_concurrency": "concurrency"}
+LOAD_LABELS = {"request_rate": "rate req/s", "max_concurrency": "concurrency",
+               "max_num_batched_tokens": "budget tokens"}
+LOAD_FLAGS = {"request_rate": "--request-rates", "max_concurrency": "--concurrencies",
+              "max_num_batched_tokens": "--max-num-batched-tokens"}
 SATURATION_BAND = 0.05  # a mode is saturated where more load adds under 5% to its throughput
 
 
@@ -25,18 +29,25 @@ COLUMNS = [
     ("p99_ttft_ms", "P99 TTFT ms", "{:,.0f}"),
     ("p99_itl_ms", "P99 ITL ms", "{:,.1f}"),
     ("request_goodput", "goodput req/s", "{:,.2f}"),
+    ("num_preemptions", "preempted", "{:,d}"),
 ]
+# A budget sweep adds what the rule reads: the most new KV blocks one step's budget can fill
+# (budget / block size, as the load column is the budget), and the fewest free blocks in the run.
+BUDGET_COLUMNS = [("budget_blocks", "blocks/step", "{:,d}"),
+                  ("min_free_blocks", "fewest free", "{:,d}")]
 
 
 def sweep_table(points: list[SweepPoint]) -> list[str]:
     """One row per point, the mode named on its first row only, so each curve reads downwards."""
     load_title = LOAD_LABELS[points[0].load_name]
-    headers = ["mode", load_title] + [title for _, title, _ in COLUMNS]
+    is_budget = points[0].load_name == "max_num_batched_tokens"
+    columns = COLUMNS + (BUDGET_COLUMNS if is_budget else [])
+    headers = ["mode", load_title] + [title for _, title, _ in columns]
     rows = []
     for index, point in enumerate(points):
         first_of_mode = index == 0 or points[index - 1].mode_name != point.mode_name
         rows.append([point.mode_name if first_of_mode else "", load_text(point.load)]
-                    + [fmt.format(point.metrics[key]) for key, _, fmt in COLUMNS])
+                    + [fmt.format(point.metrics[key]) for key, _, fmt in columns])
     widths = [max(len(row[i]) for row in rows + [headers]) for i in range(len(headers))]
     lines = []
     for row in [headers] + rows:
@@ -48,6 +59,9 @@ def sweep_table(points: list[SweepPoint]) -> list[str]:
 def sweep_line(points: list[SweepPoint]) -> str:
     """What the sweep varied, for the header (whose workload line shows the first point)."""
     loads = ", ".join(load_text(load) for load in dict.fromkeys(p.load for p in points))
+    if points[0].load_name == "max_num_batched_tokens":
+        return (f"sweep: the same requests with a token budget (--max-num-batched-tokens) of "
+                f"{loads} per step")
     if points[0].load_name == "request_rate":
         varied = f"request rate {loads} req/s"
     else:
@@ -87,7 +101,7 @@ def saturation_lines(points: list[SweepPoint]) -> list[str]:
 def _not_saturated_line(mode_name: str, curve: list[SweepPoint]) -> str:
     last = curve[-1]
     rising = " -> ".join(f"{p.metrics['output_throughput']:,.0f}" for p in curve[-2:])
-    flag = "--request-rates" if last.load_name == "request_rate" else "--concurrencies"
+    flag = LOAD_FLAGS[last.load_name]
     loads = ",".join(load_text(point.load) for point in curve + [replace(last, load=2 * last.load)])
     return (f"- {mode_name} did not saturate within this sweep: its throughput was still rising "
             f"at {load_phrase(last)} ({rising} output tok/s); try a higher load, e.g. "
@@ -98,6 +112,8 @@ def load_phrase(point: SweepPoint) -> str:
     """"4 req/s" or "concurrency 8": a point's load in words."""
     if point.load_name == "request_rate":
         return f"{load_text(point.load)} req/s"
+    if point.load_name == "max_num_batched_tokens":
+        return f"a {point.load:,.0f}-token budget"
     return f"concurrency {load_text(point.load)}"
 
 
@@ -105,7 +121,10 @@ def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> st
     """The JSON README documents: config, workload, and one result per (mode, point), each naming
     its request_rate and max_concurrency. `workload_params` describe the workload apart from
     the load the sweep varies (which is null there)."""
-    workload_json = {**workload_params, points[0].load_name: None}
+    config_document = config_json(config, plan)
+    workload_json = dict(workload_params)
+    varied = config_document if points[0].load_name in config_document else workload_json
+    varied[points[0].load_name] = None  # varies: named per result
     workload_json["request_rate"] = _json_rate(workload_json.get("request_rate"))
     results = []
     for point in points:
@@ -115,7 +134,7 @@ def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> st
         entry[point.load_name] = point.load
         entry["request_rate"] = _json_rate(entry["request_rate"])
         results.append({**entry, **point.metrics})
-    document = {"config": config_json(config, plan), "workload": workload_json,
+    document = {"config": config_document, "workload": workload_json,
                 "sweep": {"load": points[0].load_name, "goodput_slos_ms": slos_ms},
                 "results": results}
     return json.dumps(document, indent=2)
@@ -126,3 +145,60 @@ def _json_rate(request_rate):
     if isinstance(request_rate, float) and math.isinf(request_rate):
         return "inf"
     return request_rate
+
+
+def budget_rule_lines(points: list[SweepPoint], num_pool_blocks: int, block_size: int) -> list[str]:
+    """Exercise 2's rule, read off a budget sweep, per mode.
+
+    A step's budget bounds the new KV blocks its prompt tokens fill (budget / block size); what it
+    can draw on is what the running requests left free. Where the fewest free blocks of a run are
+    near zero, the running requests fill the pool whatever the budget: a larger one cannot admit
+    more work, only longer steps. Otherwise throughput rises with the budget while the steps, and
+    so the ITL of every decode beside a prompt, lengthen: past the knee (the next budget adds
+    under 5%), a larger budget buys throughput only by stretching ITL.
+    """
+    lines = []
+    for mode_name in dict.fromkeys(point.mode_name for point in points):
+        curve = [point for point in points if point.mode_name == mode_name]
+        lines.append(_blocks_line(mode_name, curve, num_pool_blocks, block_size))
+        knee = next((here for here, after in zip(curve, curve[1:])
+                     if after.metrics["output_throughput"]
+                     < (1 + SATURATION_BAND) * here.metrics["output_throughput"]), None)
+        if knee is not None:
+            after = curve[curve.index(knee) + 1:]
+            lines.append(
+                f"- {mode_name}: past {load_phrase(knee)} each larger one adds under 5% "
+                f"throughput ({knee.metrics['output_throughput']:,.0f} -> "
+                f"{after[-1].metrics['output_throughput']:,.0f} tok/s by "
+                f"{after[-1].load:,.0f} tokens) and stretches P99 ITL from "
+                f"{knee.metrics['p99_itl_ms']:,.0f} to {after[-1].metrics['p99_itl_ms']:,.0f} ms.")
+        if "request_goodput" in curve[0].metrics:
+            best = max(curve, key=lambda point: point.metrics["request_goodput"])
+            lines.append(f"- {mode_name}: the best goodput under the SLOs comes with "
+                         f"{load_phrase(best)} ({best.metrics['request_goodput']:.2f} req/s).")
+    return [textwrap.fill(line, width=100, subsequent_indent="  ") for line in lines]
+
+
+def _blocks_line(mode_name: str, curve: list[SweepPoint], num_pool_blocks: int,
+                 block_size: int) -> str:
+    fewest = [point.metrics["min_free_blocks"] for point in curve]
+    claims = (f"- {mode_name}: a step's budget fills at most {curve[0].metrics['budget_blocks']:,} "
+              f"({curve[0].load:,.0f} tokens) to {curve[-1].metrics['budget_blocks']:,} "
+              f"({curve[-1].load:,.0f}) new {block_size}-token blocks; at its fullest the pool "
+              f"of {num_pool_blocks:,} blocks had {_span(fewest)} free")
+    overflowing = [point for point in curve
+                   if point.metrics["budget_blocks"] > point.metrics["min_free_blocks"]]
+    if not overflowing:
+        return claims + ", more than any budget fills: the budget, not the KV cache, limits a step."
+    if len(overflowing) == len(curve):
+        preempted = [point.metrics["num_preemptions"] for point in curve]
+        return (claims + ": the running requests fill the KV cache at every budget "
+                f"({_span(preempted)} preemptions), so a larger budget "
+                "cannot admit more work, only make each step longer.")
+    return (claims + f": from {load_phrase(overflowing[0])} on, a step may want more blocks than "
+            "the pool had free at its fullest, and the KV cache, not the budget, limits it.")
+
+
+def _span(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,}" if low == high else f"{low:,} to {high:,}"

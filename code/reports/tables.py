@@ -9,6 +9,8 @@ import textwrap
 from dataclasses import asdict
 from typing import Optional
 
+from goodput import describe_slo
+
 
 # (JSON key, column header, format): the comparison table, left to right.
 COLUMNS = [
@@ -51,8 +53,10 @@ def comparison_table(rows: list[tuple[str, dict]], columns=COLUMNS) -> list[str]
     return lines
 
 
-def takeaways(results: dict[str, dict], forward_model: str) -> list[str]:
-    """What the learner should read off the table, computed from it (modes may be missing).
+def takeaways(results: dict[str, dict], forward_model: str,
+              slos_ms: Optional[dict] = None) -> list[str]:
+    """What the learner should read off the table, computed from it (modes may be missing);
+    `slos_ms`, the goodput SLOs the results were judged by.
 
     A mode whose run took no virtual time has no throughput to compare, so it gets no line:
     a takeaway never prints an infinite ratio.
@@ -70,6 +74,8 @@ def takeaways(results: dict[str, dict], forward_model: str) -> list[str]:
             f"tokens/s: STATIC spent {static['padding_pct']:.0f}% of its computed tokens on "
             f"padding and its contiguous KV reservations were {static['kv_waste_pct']:.0f}% "
             f"empty; paged blocks wasted {best['kv_waste_pct']:.1f}%.")
+    if static:
+        lines.append(static_loss_line(static))
     if naive and (best or static):
         other, other_name = (best, best_name) if best else (static, "STATIC")
         if forward_model == "linear":
@@ -99,12 +105,118 @@ def takeaways(results: dict[str, dict], forward_model: str) -> list[str]:
                 f"{chunked_ms:,.0f} ms with): decodes now share steps with prompt chunks, so when "
                 f"no prompt is long enough to stall them, their gaps grow. Throughput: "
                 f"{throughput_pct:.0f}% of CONTINUOUS's.")
+        if slos_ms:
+            lines.append(goodput_line(continuous, chunked, slos_ms))
     if best and static:
         lines.append(
             f"- Mean TTFT {static['mean_ttft_ms']:,.0f} ms (STATIC) vs {best['mean_ttft_ms']:,.0f} ms "
-            f"({best_name}): a request that arrives while a static batch runs waits for it to "
-            f"drain; continuous batching admits it at the next step.")
+            f"({best_name}); {static['mean_queue_ms']:,.0f} ms of STATIC's is queueing: a request "
+            f"that arrives while a static batch runs waits for it to drain; continuous batching "
+            f"admits it at the next step (queue {best['mean_queue_ms']:,.0f} ms).")
+    return wrapped(lines + surprise_lines(results))
+
+
+def wrapped(lines: list[str]) -> list[str]:
     return [textwrap.fill(line, width=100, subsequent_indent="  ") for line in lines]
+
+
+def surprise_lines(results: dict[str, dict]) -> list[str]:
+    """Results that look wrong next to the lesson, each explained by the counters behind it."""
+    naive, static = results.get("NAIVE"), results.get("STATIC")
+    continuous, chunked = results.get("CONTINUOUS"), results.get("CONTINUOUS+CHUNKED")
+    lines = []
+    if naive and static and _share(naive, static, "output_throughput") > 1.01:  # not a tie
+        lines.append(naive_beats_static_line(naive, static))
+    if continuous and chunked and round(100 * _share(chunked, continuous,
+                                                     "output_throughput")) > 100:
+        lines.append(chunking_raised_throughput_line(continuous, chunked))
+    return lines + static_itl_lines(results)
+
+
+def static_loss_line(static: dict) -> str:
+    """Exercise 1: where STATIC's time and tokens went, each loss as its own number."""
+    return (f"- Where STATIC loses: padding prompts to each batch's longest took "
+            f"{static['prefill_padding_pct']:.0f}% of its computed tokens (its padded prefills "
+            f"{static['prompt_time_pct']:.0f}% of its time); finished members decoding padding "
+            f"{static['decode_padding_pct']:.0f}%; on average {static['mean_idle_batch_slots']:.1f} "
+            f"batch seats stood empty while requests waited.")
+
+
+def naive_beats_static_line(naive: dict, static: dict) -> str:
+    """The surprise of short outputs: batching shares decode steps, and there are few."""
+    mean_output = static["total_output_tokens"] / static["completed"]
+    return (f"- NAIVE beats STATIC here ({naive['output_throughput']:,.0f} vs "
+            f"{static['output_throughput']:,.0f} tok/s): outputs are short ({mean_output:,.0f} "
+            f"tokens on average), so the work is mostly prompts, and STATIC pads each batch's "
+            f"prompts to its longest: {static['prefill_padding_pct']:.0f}% of its computed tokens "
+            f"were prompt padding, {static['prompt_time_pct']:.0f}% of its time went to padded "
+            f"prefills. Batching pays in decode steps, and there were few to share.")
+
+
+def chunking_raised_throughput_line(continuous: dict, chunked: dict) -> str:
+    """The surprise of chunking raising throughput: it computes the same tokens, so the gain must
+    come from steps it did not waste (and from work it did not do twice)."""
+    line = (f"- Chunking raised throughput although it computes the same tokens: CONTINUOUS spent "
+            f"{continuous['decode_only_waiting_pct']:.0f}% of its time in decode-only steps while "
+            f"requests waited (memory-bound, their compute idle, the next whole prompt held back "
+            f"by KV blocks or the budget), CONTINUOUS+CHUNKED "
+            f"{chunked['decode_only_waiting_pct']:.0f}%: its prompt chunks ran beside those "
+            f"decodes")
+    if continuous["num_recomputed_tokens"] != chunked["num_recomputed_tokens"]:
+        line += (f"; preemptions threw away {continuous['recomputed_pct']:.1f}% of CONTINUOUS's "
+                 f"computed tokens ({continuous['num_preemptions']:,} preemptions) and "
+                 f"{chunked['recomputed_pct']:.1f}% of CONTINUOUS+CHUNKED's "
+                 f"({chunked['num_preemptions']:,})")
+    return line + "."
+
+
+def goodput_line(continuous: dict, chunked: dict, slos_ms: dict) -> str:
+    """Which continuous mode serves more requests within the SLOs, why (how many requests each
+    missed each target by), and what chunking wins and loses besides: what the scheduler
+    optimizes, in the lesson's words, is goodput."""
+    (first, first_ms), *rest = slos_ms.items()
+    missed = (f"{describe_slo(first, first_ms)} was missed by {continuous['missed_slos'][first]} "
+              f"of CONTINUOUS's requests and {chunked['missed_slos'][first]} of "
+              f"CONTINUOUS+CHUNKED's")
+    for name, target_ms in rest:
+        missed += (f", {describe_slo(name, target_ms)} by {continuous['missed_slos'][name]} and "
+                   f"{chunked['missed_slos'][name]}")
+    outcomes = {"wins": [], "ties": [], "loses": []}
+    for key, label, unit, lower_is_better in (
+            ("request_goodput", "goodput", " req/s", False), ("p99_itl_ms", "P99 ITL", " ms", True),
+            ("output_throughput", "output tok/s", "", False),
+            ("mean_ttft_ms", "mean TTFT", " ms", True)):
+        with_chunks, without = chunked[key], continuous[key]
+        precision = 2 if key == "request_goodput" else 0
+        shown = f"{with_chunks:,.{precision}f}", f"{without:,.{precision}f}"
+        if shown[0] == shown[1] or abs(with_chunks - without) <= 0.01 * abs(without):
+            outcome = "ties"  # equal as printed, or within 1%
+        else:
+            outcome = "wins" if (with_chunks < without) == lower_is_better else "loses"
+        outcomes[outcome].append(f"{label} ({shown[0]} vs {shown[1]}{unit})")
+    verdict = "; ".join(f"{outcome} on {_and(items)}" for outcome, items in outcomes.items()
+                        if items)
+    return f"- Chunking {verdict}. Goodput counts the requests that met every SLO: {missed}."
+
+
+def static_itl_lines(results: dict[str, dict]) -> list[str]:
+    """The surprise of STATIC's low ITL: nothing ever shares its decode steps."""
+    static = results.get("STATIC")
+    others = [(name, results[name]) for name in ("CONTINUOUS", "CONTINUOUS+CHUNKED")
+              if name in results]
+    if not (static and others) or any(static["p99_itl_ms"] >= m["p99_itl_ms"] for _, m in others):
+        return []
+    name, lowest = min(others, key=lambda other: other[1]["p99_itl_ms"])
+    return [f"- STATIC's P99 ITL ({static['p99_itl_ms']:,.1f} ms) beats {name}'s "
+            f"({lowest['p99_itl_ms']:,.1f} ms) because no prompt ever shares its decode steps: a "
+            f"batch prefills once, then only decodes ({static['decodes_beside_prompts_pct']:.0f}% "
+            f"of its decode tokens beside prompt tokens, {lowest['decodes_beside_prompts_pct']:.0f}% "
+            f"of {name}'s); its requests pay for that before their first token."]
+
+
+def _and(items: list[str]) -> str:
+    """["a", "b", "c"] -> "a, b and c"."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _share(a: dict, b: dict, key: str) -> float:

@@ -28,6 +28,8 @@ from batch import EngineStep
 from config import ConfigError
 
 MAX_REQUEST_COLUMNS = 8  # 39 characters of step columns + 8 cells of 7: fits in 100 columns
+MAX_ANCHOR_COLUMNS = 6   # of them, at most this many for the anchor step's own requests, so that
+#                          prompts elsewhere in the window (what came next) get drawn too
 CELL_WIDTH = 7
 ANCHORS = ("start", "worst-itl", "request:ID")
 LEGEND = [
@@ -143,7 +145,7 @@ def render_timeline(mode_name: str, window: TimelineWindow) -> list[str]:
         raise ConfigError(f"--timeline-at request:{spec.request_id}: {mode_name} never scheduled "
                           "a request with that id (ids are 0, 1, 2, ... for the synthetic "
                           "workload; a trace's id column otherwise)")
-    request_ids, num_hidden = _columns(window.rows)
+    request_ids, num_hidden = _columns(window.rows, _anchor_row(window))
     lines = [_title(mode_name, window), _header(request_ids)]
     for row in window.rows:
         lines.append(_row_text(row, request_ids))
@@ -153,17 +155,39 @@ def render_timeline(mode_name: str, window: TimelineWindow) -> list[str]:
     return lines
 
 
-def _columns(rows: list[TimelineRow]) -> tuple[list[str], int]:
-    """Requests to draw, in order of first appearance: those prefilling in the window first
-    (they are the story), then the earliest others, at most MAX_REQUEST_COLUMNS."""
+def _columns(rows: list[TimelineRow], anchor: TimelineRow) -> tuple[list[str], int]:
+    """Requests to draw, at most MAX_REQUEST_COLUMNS, in order of first appearance. Chosen by
+    the story they tell: first up to MAX_ANCHOR_COLUMNS requests of the anchor step (its prompts,
+    largest first: what made it slow; then its decodes: who waited; then STATIC's padding
+    members), then those prefilling elsewhere in the window, then the earliest others."""
     appearance = list(dict.fromkeys(rid for row in rows for rid, _ in row.cells))
     prefilling = set()
     for row in rows:
         prefilling |= row.prefilling_ids()
-    by_priority = ([rid for rid in appearance if rid in prefilling]
-                   + [rid for rid in appearance if rid not in prefilling])
+    in_anchor = [rid for rid, _ in sorted(anchor.cells, key=_cell_priority)]
+    by_priority = list(dict.fromkeys(
+        in_anchor[:MAX_ANCHOR_COLUMNS] + [rid for rid in appearance if rid in prefilling]
+        + in_anchor + appearance))
     chosen = set(by_priority[:MAX_REQUEST_COLUMNS])
     return [rid for rid in appearance if rid in chosen], len(appearance) - len(chosen)
+
+
+def _cell_priority(cell: tuple[str, str]) -> tuple[int, int]:
+    """Sort key of an anchor step's cell: prompts by size (largest first), then d, ., X."""
+    _, text = cell
+    if text.startswith("P"):
+        return 0, -int(text.strip("P*"))
+    return "d.X".index(text) + 1, 0
+
+
+def _anchor_row(window: "TimelineWindow") -> TimelineRow:
+    """The step the window is drawn around: the worst gap's, the request's first, or the first."""
+    spec, rows = window.spec, window.rows
+    if spec.anchor == "worst-itl":
+        return max(rows, key=lambda row: row.max_itl_s)
+    if spec.anchor == "request":
+        return next(row for row in rows if spec.request_id in dict(row.cells))
+    return rows[0]
 
 
 def _title(mode_name: str, window: TimelineWindow) -> str:
@@ -173,7 +197,7 @@ def _title(mode_name: str, window: TimelineWindow) -> str:
         return f"{mode_name}: {span}, from the start"
     if spec.anchor == "request":
         return f"{mode_name}: {span}, around request {spec.request_id}'s first step"
-    worst = max(rows, key=lambda row: row.max_itl_s)
+    worst = _anchor_row(window)
     return (f"{mode_name}: {span}, around the worst ITL "
             f"({1000 * worst.max_itl_s:,.1f} ms, ended by step {worst.index})")
 

@@ -4,7 +4,8 @@
 per step, all on the virtual clock:
 
     end_s              when the step ended (s)
-    num_running        requests RUNNING after the step (STATIC: members of the batch)
+    num_seqs           sequences the step computed: RUNNING requests in its batch (STATIC:
+                       every member, finished ones padding too)
     num_waiting        requests WAITING after the step (preempted ones included)
     kv_blocks          KV blocks held while the step ran. NAIVE and STATIC reserve contiguous
                        slots, not blocks: their reserved slots / block_size, the same memory
@@ -35,7 +36,7 @@ class StepSeries:
     mode_name: str
     block_size: int
     end_s: list[float] = field(default_factory=list)
-    num_running: list[int] = field(default_factory=list)
+    num_seqs: list[int] = field(default_factory=list)
     num_waiting: list[int] = field(default_factory=list)
     kv_blocks: list[float] = field(default_factory=list)
     num_output_tokens: list[int] = field(default_factory=list)
@@ -46,7 +47,7 @@ class StepSeries:
     def __call__(self, step: EngineStep) -> None:
         end_s = step.start_s + step.step_s
         self.end_s.append(end_s)
-        self.num_running.append(step.num_running)
+        self.num_seqs.append(step.batch.num_seqs)
         self.num_waiting.append(step.num_waiting)
         self.kv_blocks.append(step.kv_reserved_slots / self.block_size)
         self.num_output_tokens.append(step.result.num_output_tokens)

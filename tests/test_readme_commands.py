@@ -1,0 +1,56 @@
+"""Every command README.md shows runs as written: the `$ ` lines of its fenced blocks and every
+inline `python3 code/main.py ...` span, shell loops included.
+
+The named blocks (`<!-- name:start -->`) are run, and their output compared, by test_readme.py;
+this test runs the rest, two at a time. Commands run from the project root in a shell, with
+`python3` meaning this interpreter and `/tmp/` and `outputs/` a private scratch folder (so that a
+command writing a chart never touches the committed ones).
+"""
+
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+from readme_blocks import BLOCK, README, ROOT, commands_of
+
+TEXT = README.read_text(encoding="utf-8")
+FENCE = re.compile(r"```\n(?P<body>.*?)```", re.DOTALL)
+INLINE = re.compile(r"`([^`\n]*python3 code/main\.py[^`\n]*)`")
+
+
+def unnamed_fenced_commands(text: str) -> list[str]:
+    outside_named_blocks = BLOCK.sub("", text)
+    return [c for match in FENCE.finditer(outside_named_blocks) for c in commands_of(match["body"])]
+
+
+def inline_commands(text: str) -> list[str]:
+    return INLINE.findall(FENCE.sub("", text))
+
+
+def run_as_written(command: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as scratch:
+        shell_command = (command.replace("/tmp/", scratch + "/")
+                         .replace("outputs/", scratch + "/")
+                         .replace("python3 code/", f"{sys.executable} code/"))
+        return subprocess.run(shell_command, shell=True, cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+
+
+def test_readme_shows_commands_inline_and_loops_among_them():
+    commands = inline_commands(TEXT)
+    assert "python3 code/main.py kv-waste" in commands
+    assert any(command.startswith("for ") for command in commands_of(TEXT.replace("```", "")))
+
+
+def test_every_command_readme_shows_runs_as_written():
+    commands = list(dict.fromkeys(unnamed_fenced_commands(TEXT) + inline_commands(TEXT)))
+    shared = (ROOT.parent / "shared" / "traces").is_dir()
+    commands = [c for c in commands if shared or "../shared/traces/" not in c]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run_as_written, commands))
+    failed = [(command, result.returncode, result.stderr.strip()[-300:])
+              for command, result in zip(commands, results)
+              if result.returncode != 0 or not result.stdout.strip()]
+    assert not failed, failed
