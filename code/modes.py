@@ -47,9 +47,8 @@ class ContinuousMode:
         self.enable_chunked_prefill = enable_chunked_prefill
 
     def check(self, config: EngineConfig, name=flag_name) -> None:
-        """A refusal vLLM makes only for this mode; `name` as in EngineConfig.validate."""
-        if not self.enable_chunked_prefill:
-            config.validate_unchunked_budget(name)
+        """vLLM's refusals of this mode's token budget; `name` as in EngineConfig.validate."""
+        config.validate_scheduler(self.enable_chunked_prefill, name)
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int) -> Scheduler:
         return Scheduler(PagedKVCache(num_gpu_blocks, config.block_size),

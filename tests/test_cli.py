@@ -32,13 +32,13 @@ def test_json_has_the_design_contract_fields():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--block-size", "0"], "--block-size must be a positive integer"),
+    (["--block-size", "0"], "--block-size must be a multiple of 16 in [16, 10,000,000] tokens"),
     (["--block-size", "x"], "invalid int value"),
     (["--mode", "turbo"], "unknown --mode"),
     (["--mode", "continuous", "--max-num-batched-tokens", "512"], "below --max-model-len"),
     (["--mode", "chunked", "--no-enable-chunked-prefill"], "contradicts --mode"),
-    (["--gpu", "h100-sxm5"], "lower --max-model-len"),
-    (["--gpu", "l4"], "try --tensor-parallel-size"),
+    (["--gpu", "h100-sxm5"], "any one of these fits: --max-model-len 3824,"),
+    (["--gpu", "l4"], "any one of these fits: --tensor-parallel-size 4,"),
     (["--num-gpu-blocks-override", "10"], "less than one --max-model-len"),
     (["--request-rate", "0"], "--request-rate must be > 0"),
     (["--trace", "no-such-file.csv"], "cannot read trace"),
