@@ -44,4 +44,4 @@ class StepLogLines:
             "finished": [r.request_id for r in step.result.finished],
             "num_free_blocks": step.num_free_blocks,
         }
-        self._file.write(json.dumps(line) + "\n")
+        self._file.write(json.dumps(line, allow_nan=False) + "\n")

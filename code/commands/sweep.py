@@ -67,8 +67,8 @@ def add_parser(subparsers, knobs) -> None:
 def run_sweep(args: argparse.Namespace, context) -> str:
     modes = flags.modes_from_args(args, SWEEP_MODES)
     engine = flags.engine_from_args(args, context, modes, default_goodput=SWEEP_GOODPUT)
-    load_name, workloads = sweep_workloads_from_args(args, engine.config)
     outputs = flags.outputs_from_args(args)
+    load_name, workloads = sweep_workloads_from_args(args, engine.config)
     with PendingFiles(outputs) as files:
         points = run_points(engine, workloads, load_name)
         first_workload = workloads[0][1]

@@ -135,4 +135,4 @@ def to_json(config, plan, workload, results: list[tuple[str, dict]], recorders,
                       for r in recorder.rejections()]
         entries.append({"mode": name, **metrics, "rejections": rejections})
     document = {"config": config_json, "workload": workload.params, "results": entries}
-    return json.dumps(document, indent=indent)
+    return json.dumps(document, indent=indent, allow_nan=False)
