@@ -203,7 +203,8 @@ class EngineConfig:
             raise ConfigError(
                 f"{budget_name} {budget} is below {name('max_num_seqs')} {self.max_num_seqs}: "
                 "a step's budget must hold a token for every running request (vLLM refuses "
-                f"this too); raise the budget to {self.max_num_seqs} or lower max_num_seqs")
+                f"this too); raise the budget to {self.max_num_seqs} or lower "
+                f"{name('max_num_seqs')}")
 
     def _budget_name(self, enable_chunked_prefill: bool, name: Callable[[str], str]) -> str:
         if self.max_num_batched_tokens is not None:

@@ -36,8 +36,9 @@ MAX_NUM_PROMPTS = 10_000_000  # a run keeps ~40 bytes per request; ten million t
 
 # What each workload flag may be (config.Range: the same one-line refusals as the engine's flags).
 NUM_PROMPTS = Range(1, MAX_NUM_PROMPTS, integer=True)
-REQUEST_RATE = Range(0, math.inf, above_low=True, allow_inf=True, unit="req/s")
-BURSTINESS = Range(0, math.inf, above_low=True)
+# Gamma gaps of shape B and mean 1/R have scale 1/(R x B): bounded, that stays a positive float.
+REQUEST_RATE = Range(0, 1e9, above_low=True, allow_inf=True, unit="req/s")
+BURSTINESS = Range(0, 1e6, above_low=True, why="1e6: gaps all but equal")
 LENGTH = Range(1, MAX_TOKENS, integer=True, unit="tokens")
 RANGE_RATIO = Range(0, 1, below_high=True)
 NORMAL_PARAMETER = Range(0, MAX_TOKENS, unit="tokens")

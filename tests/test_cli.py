@@ -40,7 +40,7 @@ def test_json_has_the_design_contract_fields():
     (["--gpu", "h100-sxm5"], "any one of these fits: --max-model-len 3824,"),
     (["--gpu", "l4"], "any one of these fits: --tensor-parallel-size 4,"),
     (["--num-gpu-blocks-override", "10"], "less than one --max-model-len"),
-    (["--request-rate", "0"], "--request-rate must be a number > 0 req/s, or inf, got 0.0"),
+    (["--request-rate", "0"], "--request-rate must be a number in (0, 1,000,000,000] req/s, or inf, got 0.0"),
     (["--trace", "no-such-file.csv"], "cannot read trace"),
     (["--max-model-len", "100"], "no request completed: all 80 were rejected"),
     (["run", "--max-model-len", "100"], "no request completed"),
