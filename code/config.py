@@ -40,7 +40,8 @@ MIN_UNCHUNKED_BUDGET = 2048
 MAX_TOKENS = 10_000_000
 MAX_NUM_SEQS = 1_000_000
 # Every KV block of the pool is an entry in memory (kv_cache.py): 2^20 blocks are ~16.8 million
-# tokens at block size 16, more than any one-GPU preset holds, and ~50 MB of free list.
+# tokens at block size 16, more than any preset holds on one GPU (the most: 692,153 blocks, the 1B
+# draft model on an MI300X with FP8 KV), and ~45 MB of free list.
 MAX_NUM_GPU_BLOCKS = 2**20
 MAX_MS = 60_000.0  # a minute: for a step, a token, or STATIC's wait for a full batch
 # The linear clock's shortest step (one token) must move the clock: at least a nanosecond.
@@ -49,8 +50,8 @@ MIN_LINEAR_STEP_MS = 1e-6
 # FlashAttention, Triton and FlexAttention `MultipleOf(16)`, FlashInfer 16, 32 or 64
 # (vllm/v1/attention/backends/{flash_attn,triton_attn,flex_attention,flashinfer}.py, 0.30.0 and
 # 0.18.0 alike); vllm/platforms/cuda.py refuses any other size ("No valid attention backend").
-# The 1 and 8 that older vLLM offered (`BlockSize = Literal[1, 8, 16, 32, 64, 128]` in
-# vllm/config/cache.py, up to 0.10) are gone: any positive int passes the config, not the kernels.
+# The 1 and 8 that older vLLM listed (`BlockSize = Literal[1, 8, 16, 32, 64, 128]` in
+# vllm/config/cache.py) no longer run on CUDA: any positive int passes the config, not the kernels.
 BLOCK_SIZE_MULTIPLE = 16
 
 

@@ -123,7 +123,8 @@ def _plan(config: EngineConfig) -> MemoryPlan:
         if num_blocks > MAX_NUM_GPU_BLOCKS:
             raise DoesNotFit(
                 f"the KV cache would have {num_blocks:,} blocks of {config.block_size}, more than "
-                f"the {MAX_NUM_GPU_BLOCKS:,} servesim keeps in memory", ("larger_block", "fewest_blocks"))
+                f"the {MAX_NUM_GPU_BLOCKS:,} servesim keeps in memory",
+                ("larger_block", "fewest_blocks"))
     plan = MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
                       overridden=config.num_gpu_blocks_override is not None)
     if plan.kv_cache_tokens < config.max_model_len:

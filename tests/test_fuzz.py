@@ -194,7 +194,9 @@ def test_every_number_flag_takes_garbage_cleanly(capsys, command):
     flags = number_flags(command)
     assert "--max-num-seqs" in flags and "--request-rate" in flags
     rng = random.Random(command)
-    base = [command, "--num-prompts", "3"] + (["--request-rates", "2"] if command == "sweep" else [])
+    base = [command, "--num-prompts", "3"]
+    if command == "sweep":
+        base += ["--request-rates", "2"]
     values = GARBAGE if NUM_CASES else rng.sample(GARBAGE, 3)
     for flag in flags:
         for value in values:

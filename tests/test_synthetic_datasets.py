@@ -78,5 +78,6 @@ def test_exercise_four_outputs_have_mean_1500_and_std_600():
 
 
 def test_negative_standard_deviation_is_refused():
-    with pytest.raises(WorkloadError, match=r"--output-std must be a number in \[0, 10,000,000\] tokens"):
+    with pytest.raises(WorkloadError,
+                       match=r"--output-std must be a number in \[0, 10,000,000\] tokens"):
         normal_workload(output_std=-1)

@@ -99,7 +99,7 @@ class Switch(argparse.BooleanOptionalAction):
     silently; here a learner who typed both meant something the run would not show.)"""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        given = namespace.__dict__.setdefault("switches_given", {})
+        given = vars(namespace).setdefault("switches_given", {})  # flag -> spelling used
         earlier = given.setdefault(self.dest, option_string)
         if earlier != option_string:
             raise argparse.ArgumentError(self, f"{earlier} and {option_string} both given; "
