@@ -48,6 +48,11 @@ class BlockPool:
         """Blocks nobody holds, those still holding a cache entry included (as vLLM counts)."""
         return len(self._front) + (self.num_blocks + 1 - self._next_unused) + len(self._in_back)
 
+    @property
+    def num_shared_holds(self) -> int:
+        """Holds beyond each block's first: what block tables count twice."""
+        return sum(self._extra_holders.values())
+
     def take(self, count: int) -> list[int]:
         """The `count` blocks at the front of the free queue, each now held once; any cache
         entry they still held is dropped (evicted). The caller checked there are enough."""
@@ -122,6 +127,18 @@ class BlockPool:
             self._extra_holders[block_id] = extra - 1
         return True
 
+    def free_block_ids(self) -> list[int]:
+        """Every free block, in the order the queue hands them out (a check's full pass)."""
+        unused = range(self._next_unused, self.num_blocks + 1)
+        left_behind = dict(self._left_behind)
+        back = []
+        for block_id in self._back:
+            if left_behind.get(block_id):
+                left_behind[block_id] -= 1
+            else:
+                back.append(block_id)
+        return [*self._front, *unused, *back]
+
     # -- prefix caching ----------------------------------------------------------------------
 
     def cache(self, block_id: int, block_hash: int) -> None:
@@ -130,6 +147,10 @@ class BlockPool:
         found."""
         self._entry_of[block_id] = block_hash
         self._blocks_of.setdefault(block_hash, []).append(block_id)
+
+    def cache_entry(self, block_id: int) -> Optional[int]:
+        """The hash the block can be found by, or None."""
+        return self._entry_of.get(block_id)
 
     def find(self, block_hash: int) -> Optional[int]:
         """A block holding this content, held or free, or None."""

@@ -2,17 +2,35 @@
 
 Every field maps 1:1 to a command-line flag (`max_num_seqs` <-> `--max-num-seqs`), except
 `default_chunked_budget`, which only the knob `MAX_NUM_BATCHED_TOKENS` in code/main.py sets
-(and `speculative_config` also holds servesim's `--spec-acceptance-rate`). Where
-servesim's default differs from vLLM's, the comment says why. `validate()` turns a bad value into
-one `ConfigError` line that names the setting and what would be valid; the CLI prints it and exits
-with status 2, as `vllm serve` refuses such a config at start-up.
+(and `speculative_config` also holds servesim's `--spec-acceptance-rate`). Where servesim's
+default differs from vLLM's, the comment says why.
+
+Validation lives here, in one place, before anything runs. `validate()` turns a bad value into one
+`ConfigError` line that names the setting, the value and what would be valid; the CLI prints it
+and exits with status 2, as `vllm serve` refuses such a config at start-up. It has two layers:
+
+    FIELD_RULES    every field's own rule: a `Range` for a number (type, lowest and highest
+                   valid value, and why the bounds), a `Choice` for a name, a `Switch` for on/off,
+                   `Parsed` for a setting its own module parses and checks (--speculative-config)
+    _check_...     vLLM's start-up refusals that tie fields together, one function each, citing
+                   the vLLM 0.30.0 file the rule comes from (and where 0.18.0 differed)
+
+To bring a new flag under it: add its field to EngineConfig, its row to FIELD_RULES (a sane upper
+bound where vLLM has none, saying why; a test fails while a field has no row), and, if vLLM
+refuses combinations with it, one `_check_...` function called from `validate()`. A rule for one
+mode only (the token budget of a continuous mode) is `validate_scheduler`, which the mode calls.
+Workload flags use the same `Range` (workload.py); flags that only shape the output are checked in
+commands/flags.py. A refusal that advises a value advises one that passes these checks.
 """
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:  # spec_decode imports this module for ConfigError
     from spec_decode import SpeculativeConfig
+
+from presets import GPUS, MODELS
 
 # With chunked prefill on, servesim slices prompts into the lesson's ~512-token chunks. vLLM V0
 # used 512 too; V1's `vllm serve` defaults to 2048 (8192 on GPUs with >= 70 GiB, A100 excepted),
@@ -22,6 +40,24 @@ DEFAULT_CHUNKED_PREFILL_BUDGET = 512
 # fits into one step (vllm/config/scheduler.py).
 MIN_UNCHUNKED_BUDGET = 2048
 
+# Upper bounds where vLLM has none: far past any real setting, low enough that nothing overflows
+# or fills the memory. Token counts: 10 million is 76x the longest context of any preset model.
+MAX_TOKENS = 10_000_000
+MAX_NUM_SEQS = 1_000_000
+# Every KV block of the pool is an entry in memory (kv_cache.py): 2^20 blocks are ~16.8 million
+# tokens at block size 16, more than any preset holds on one GPU (the most: 692,153 blocks, the 1B
+# draft model on an MI300X with FP8 KV), and ~45 MB of free list.
+MAX_NUM_GPU_BLOCKS = 2**20
+MAX_MS = 60_000.0  # a minute: for a step, a token, or STATIC's wait for a full batch
+# The linear clock's shortest step (one token) must move the clock: at least a nanosecond.
+MIN_LINEAR_STEP_MS = 1e-6
+# vLLM's config takes any positive block size, and so does servesim: the PagedAttention paper
+# studies sizes from 1 to 256, and vLLM's CPU backend (the oracle's) runs them. On CUDA, vLLM's
+# attention backends take multiples of 16 only (FlashAttention, Triton, FlexAttention
+# `MultipleOf(16)`, FlashInfer 16, 32 or 64: vllm/v1/attention/backends/, 0.30.0 and 0.18.0
+# alike), and vllm/platforms/cuda.py refuses others at start-up ("No valid attention backend").
+CUDA_BLOCK_SIZE_MULTIPLE = 16
+
 
 class ConfigError(ValueError):
     """A configuration vLLM would refuse at start-up; the message is one line for the user."""
@@ -30,6 +66,95 @@ class ConfigError(ValueError):
 def flag_name(field_name: str) -> str:
     """`max_num_seqs` -> `--max-num-seqs`: how a setting is named when a flag set it."""
     return "--" + field_name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take; `check` refuses anything else in one line:
+
+        --block-size must be an integer in [1, 10,000,000] tokens, got 0
+
+    `high` math.inf means no upper bound (infinity itself is valid only with `allow_inf`).
+    """
+    low: float
+    high: float
+    integer: bool = False
+    above_low: bool = False       # low itself is not valid: (low, high]
+    below_high: bool = False      # high itself is not valid: [low, high)
+    multiple_of: int = 1
+    allow_inf: bool = False       # --request-rate inf: everything at t=0
+    optional: bool = False        # None means "not set"
+    unit: str = ""                # "ms", "tokens": said after the bounds
+    why: str = ""                 # where the bounds come from, when it is not obvious
+
+    def contains(self, value) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool) or not isinstance(value, int if self.integer else (int, float)):
+            return False
+        if value == math.inf:
+            return self.allow_inf
+        above = value > self.low if self.above_low else value >= self.low  # False for NaN
+        below = value < self.high if self.below_high else value <= self.high
+        return above and below and (not self.integer or value % self.multiple_of == 0)
+
+    def check(self, name: str, value, error: type = ConfigError) -> None:
+        if not self.contains(value):
+            raise error(f"{name} must be {self.describe()}, got {value!r}")
+
+    def describe(self) -> str:
+        """'an integer in [1, 10,000,000]', 'a number > 0, or inf', 'a number in (0, 1]'."""
+        if self.multiple_of > 1:
+            kind = f"a multiple of {self.multiple_of}"
+        else:
+            kind = "an integer" if self.integer else "a number"
+        if self.high == math.inf:
+            text = f"{kind} {'>' if self.above_low else '>='} {_number(self.low)}"
+        else:
+            text = (f"{kind} in {'(' if self.above_low else '['}{_number(self.low)}, "
+                    f"{_number(self.high)}{')' if self.below_high else ']'}")
+        if self.unit:
+            text += f" {self.unit}"
+        if self.allow_inf:
+            text += ", or inf"
+        return text + (f" ({self.why})" if self.why else "")
+
+
+def _number(value: float) -> str:
+    """10000000 -> '10,000,000', 0.5 -> '0.5': a bound as a learner reads it."""
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A setting that names one of a few things (a preset, a dtype)."""
+    values: tuple
+
+    def check(self, name: str, value, error: type = ConfigError) -> None:
+        if value not in self.values:
+            raise error(f"{name} must be one of {', '.join(self.values)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Switch:
+    """An on/off setting (--enable-prefix-caching / --no-enable-prefix-caching)."""
+
+    def check(self, name: str, value, error: type = ConfigError) -> None:
+        if not isinstance(value, bool):
+            raise error(f"{name} must be on or off, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A setting its own module parses from the command line and checks whole (`parser`): here
+    only that it was parsed, or left unset."""
+    parser: str
+
+    def check(self, name: str, value, error: type = ConfigError) -> None:
+        if value is not None and not hasattr(value, "validate"):
+            raise error(f"{name} must be given as {self.parser} makes it, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -80,47 +205,121 @@ class EngineConfig:
         `name(field)` says how the user set a field: a flag (`--block-size`) or a knob in
         code/main.py (`BLOCK_SIZE`), so that the message points where the value was typed.
         """
-        for field_name in ("block_size", "max_model_len", "max_num_seqs", "tensor_parallel_size",
-                           "default_chunked_budget"):
-            _require_positive(name(field_name), getattr(self, field_name))
-        for field_name in ("max_num_batched_tokens", "num_gpu_blocks_override"):
-            if getattr(self, field_name) is not None:
-                _require_positive(name(field_name), getattr(self, field_name))
-        if self.long_prefill_token_threshold < 0:
-            raise ConfigError(f"{name('long_prefill_token_threshold')} must be >= 0 (0 turns the "
-                              f"cap off), got {self.long_prefill_token_threshold}")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"{name('gpu_memory_utilization')} must be in (0, 1], "
-                              f"got {self.gpu_memory_utilization}")
-        if self.kv_cache_dtype not in ("auto", "fp8"):
-            raise ConfigError(f"{name('kv_cache_dtype')} must be auto or fp8, "
-                              f"got {self.kv_cache_dtype!r}")
-        if self.batching_window_ms < 0:
-            raise ConfigError(f"{name('batching_window_ms')} must be >= 0, "
-                              f"got {self.batching_window_ms}")
-        if self.forward_model not in ("roofline", "linear"):
-            raise ConfigError(f"{name('forward_model')} must be roofline or linear, "
-                              f"got {self.forward_model!r}")
-        for field_name in ("linear_step_ms", "linear_prefill_token_ms", "linear_decode_token_ms"):
-            if getattr(self, field_name) < 0:
-                raise ConfigError(f"{name(field_name)} must be >= 0, "
-                                  f"got {getattr(self, field_name)}")
-        if self.speculative_config is not None:
+        for field_name, rule in FIELD_RULES.items():
+            rule.check(name(field_name), getattr(self, field_name))
+        _check_tensor_parallel_size(self, name)
+        _check_long_prefill_threshold(self, name)
+        _check_linear_clock_moves(self, name)
+        if self.speculative_config is not None:  # its own keys, the target's model and TP
             self.speculative_config.validate(self.model, self.tensor_parallel_size)
 
-    def validate_unchunked_budget(self, name: Callable[[str], str] = flag_name) -> None:
-        """Without chunked prefill every prompt runs whole, so the budget must hold the longest.
+    def validate_scheduler(self, enable_chunked_prefill: bool,
+                           name: Callable[[str], str] = flag_name) -> None:
+        """vLLM's refusals of the token budget one continuous mode runs with, which
+        `SchedulerConfig.verify_max_model_len` makes at start-up (vllm/config/scheduler.py,
+        0.30.0 and 0.18.0 alike):
 
-        vLLM refuses `--no-enable-chunked-prefill` with `max_num_batched_tokens < max_model_len`
-        at start-up for the same reason: otherwise a long prompt could never be scheduled.
+        - without chunked prefill every prompt runs whole, so the budget must hold the longest
+          (otherwise a long prompt could never be scheduled);
+        - the budget must give each of `max_num_seqs` requests at least one token a step.
         """
-        budget = self.token_budget(enable_chunked_prefill=False)
-        if budget < self.max_model_len:
+        budget = self.token_budget(enable_chunked_prefill)
+        budget_name = self._budget_name(enable_chunked_prefill, name)
+        if not enable_chunked_prefill and budget < self.max_model_len:
             raise ConfigError(
-                f"{name('max_num_batched_tokens')} {budget} is below --max-model-len "
-                f"{self.max_model_len}: with chunked prefill off a whole prompt must fit in one "
-                "step (vLLM refuses this too); raise the budget, lower --max-model-len, or leave "
-                "out mode continuous")
+                f"{budget_name} {budget} is below --max-model-len {self.max_model_len}: with "
+                "chunked prefill off a whole prompt must fit in one step (vLLM refuses this too); "
+                "raise the budget, lower --max-model-len, or leave out mode continuous")
+        if budget < self.max_num_seqs:
+            raise ConfigError(
+                f"{budget_name} {budget} is below {name('max_num_seqs')} {self.max_num_seqs}: "
+                "a step's budget must hold a token for every running request (vLLM refuses "
+                f"this too); raise the budget to {self.max_num_seqs} or lower "
+                f"{name('max_num_seqs')}")
+
+    def _budget_name(self, enable_chunked_prefill: bool, name: Callable[[str], str]) -> str:
+        if self.max_num_batched_tokens is not None:
+            return name("max_num_batched_tokens")
+        if enable_chunked_prefill:
+            return name("default_chunked_budget")
+        return "the unchunked budget max(--max-model-len, 2048)"
+
+
+_MS = dict(unit="ms")
+_TOKENS = dict(integer=True, unit="tokens")
+FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module docstring)
+    "model": Choice(tuple(MODELS)),
+    "gpu": Choice(tuple(GPUS)),
+    "tensor_parallel_size": Range(1, MAX_NUM_SEQS, integer=True),  # and the heads rule below
+    "gpu_memory_utilization": Range(0, 1, above_low=True),  # vllm/config/cache.py: gt=0, le=1
+    "kv_cache_dtype": Choice(("auto", "fp8")),
+    "block_size": Range(1, MAX_TOKENS, **_TOKENS),  # on CUDA, vLLM runs multiples of 16 only
+    "num_gpu_blocks_override": Range(1, MAX_NUM_GPU_BLOCKS, integer=True, optional=True,
+                                     why="servesim keeps every block in memory"),
+    "max_model_len": Range(1, MAX_TOKENS, **_TOKENS),
+    "max_num_seqs": Range(1, MAX_NUM_SEQS, integer=True),
+    "max_num_batched_tokens": Range(1, MAX_TOKENS, optional=True, **_TOKENS),
+    "default_chunked_budget": Range(1, MAX_TOKENS, **_TOKENS),
+    "enable_prefix_caching": Switch(),
+    "long_prefill_token_threshold": Range(0, MAX_TOKENS, why="0 turns the cap off", **_TOKENS),
+    "speculative_config": Parsed("spec_decode.parse_speculative_config"),
+    "batching_window_ms": Range(0, MAX_MS, **_MS),
+    "forward_model": Choice(("roofline", "linear")),
+    "linear_step_ms": Range(0, MAX_MS, **_MS),
+    "linear_prefill_token_ms": Range(0, MAX_MS, **_MS),
+    "linear_decode_token_ms": Range(0, MAX_MS, **_MS),
+}
+
+
+# -- vLLM's start-up refusals that tie settings together ----------------------------------------
+
+def valid_tensor_parallel_sizes(model_key: str) -> list[int]:
+    """The tensor-parallel degrees vLLM accepts for a model: they split the attention heads
+    evenly (`ModelConfig.verify_with_parallel_config`, vllm/config/model.py), and either split
+    the KV heads evenly or are a multiple of their number, each GPU then holding a copy of one
+    KV head (`LlamaAttention.__init__`, vllm/model_executor/models/llama.py; 0.18.0 alike)."""
+    model = MODELS[model_key]
+    return [tp for tp in range(1, model.num_heads + 1)
+            if model.num_heads % tp == 0
+            and (model.num_kv_heads % tp == 0 if tp <= model.num_kv_heads
+                 else tp % model.num_kv_heads == 0)]
+
+
+def _check_tensor_parallel_size(config: EngineConfig, name: Callable[[str], str]) -> None:
+    valid = valid_tensor_parallel_sizes(config.model)
+    if config.tensor_parallel_size not in valid:
+        model = MODELS[config.model]
+        raise ConfigError(
+            f"{name('tensor_parallel_size')} {config.tensor_parallel_size} does not split "
+            f"{model.name}'s {model.num_heads} attention heads and {model.num_kv_heads} KV heads "
+            f"evenly (vLLM refuses it); choose from {', '.join(map(str, valid))}")
+
+
+def _check_long_prefill_threshold(config: EngineConfig, name: Callable[[str], str]) -> None:
+    """`SchedulerConfig.verify_max_model_len` (vllm/config/scheduler.py, 0.30.0). vLLM 0.18.0
+    made this check only with --max-num-partial-prefills above 1, which servesim does not have."""
+    if config.long_prefill_token_threshold > config.max_model_len:
+        raise ConfigError(
+            f"{name('long_prefill_token_threshold')} {config.long_prefill_token_threshold} is "
+            f"above {name('max_model_len')} {config.max_model_len} (vLLM refuses this); give at "
+            f"most {config.max_model_len}, or 0 to turn the cap off")
+
+
+def _check_linear_clock_moves(config: EngineConfig, name: Callable[[str], str]) -> None:
+    """The linear clock's shortest step, one token, must take time: else the virtual clock
+    stands still while requests run, and every latency and throughput is 0 or meaningless."""
+    if config.forward_model != "linear":
+        return
+    per_token_ms = min(config.linear_prefill_token_ms, config.linear_decode_token_ms)
+    if config.linear_step_ms + per_token_ms < MIN_LINEAR_STEP_MS:
+        cheapest = ("linear_prefill_token_ms"
+                    if config.linear_prefill_token_ms <= config.linear_decode_token_ms
+                    else "linear_decode_token_ms")
+        raise ConfigError(
+            f"{name('linear_step_ms')} {config.linear_step_ms:g} with {name(cheapest)} "
+            f"{getattr(config, cheapest):g}: a step of one token would take no time, so the "
+            f"clock would stand still; give a step at least {MIN_LINEAR_STEP_MS:g} ms "
+            f"(e.g. {name('linear_step_ms')} 0.2)")
 
 
 @dataclass(frozen=True)
@@ -148,8 +347,3 @@ class Knobs:
     def name(field_name: str) -> str:
         """How a refusal names a knob-set field: `BLOCK_SIZE in code/main.py`."""
         return f"{Knobs.FIELD_KNOBS[field_name]} in code/main.py"
-
-
-def _require_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value}")

@@ -113,14 +113,16 @@ class RooflineClock:
         target, gpu = lookup(config)
         model = model or target
         tp = config.tensor_parallel_size
-        # Per GPU: tensor parallelism splits every matrix and every KV head group tp ways.
+        # Per GPU: tensor parallelism splits every matrix and the KV heads tp ways (at least one
+        # KV head per GPU).
         self.linear_params = model.num_linear_params / tp
         self.lm_head_params = model.vocab_size * model.hidden_size / tp
         self.weight_bytes_per_step = (self.linear_params * DTYPE_BYTES[model.weight_dtype]
                                       + self.lm_head_params * 2)
         bytes_per_s = gpu.memory_bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY
         self.weight_stream_s = self.weight_bytes_per_step / bytes_per_s
-        self.kv_s_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) / tp / bytes_per_s
+        self.kv_s_per_token = (model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp)
+                               / bytes_per_s)
         # FP8 weights on a GPU without FP8 tensor cores are upcast and multiplied at the 16-bit
         # rate (vLLM's Marlin kernels); the LM head and attention run in 16-bit.
         fp8_linear = model.weight_dtype == "fp8" and gpu.fp8_tflops is not None
@@ -148,6 +150,10 @@ class RooflineClock:
     def decode_step_time_s(self, num_seqs: int, num_context_tokens: int) -> float:
         """A step of `num_seqs` decodes only: what step_time_s prices such a batch at."""
         return self.price(num_seqs, num_seqs, num_context_tokens + num_seqs, num_context_tokens)
+
+    def shortest_step_s(self) -> float:
+        """The cheapest step there is: one token of one sequence with nothing cached."""
+        return self.price(1, 1, 1, 0)
 
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
@@ -180,6 +186,10 @@ class LinearClock:
         """A step of `num_seqs` decodes only: what step_time_s prices such a batch at."""
         return self.step_s + self.prefill_token_s * 0 + self.decode_token_s * num_seqs
 
+    def shortest_step_s(self) -> float:
+        """The cheapest step there is: one token, prompt or decode, whichever costs less."""
+        return self.step_s + min(self.prefill_token_s, self.decode_token_s)
+
 
 class SpeculativeClock:
     """A step with speculative decoding: the target's pass, whose batch holds the drafts to
@@ -195,6 +205,10 @@ class SpeculativeClock:
     def step_time_s(self, batch: SchedulerOutput) -> float:
         return (self.target.step_time_s(batch)
                 + self.speculative_config.drafting_time_s(batch, self.drafter.price))
+
+    def shortest_step_s(self) -> float:
+        """The target's cheapest step: drafting only adds to it."""
+        return self.target.shortest_step_s()
 
 
 def make_clock(config: EngineConfig):

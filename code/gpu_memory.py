@@ -19,13 +19,21 @@ the drafter's weights come off the memory first, and every cached token holds th
 too (Llama-3.2-1B drafting for Llama-3.1-8B: 32 KiB on top of 128 KiB). The drafter's own
 activations are left out of the reserve.
 
-`--num-gpu-blocks-override` skips all of this, as in vLLM.
+`--num-gpu-blocks-override` skips all of this, as in vLLM. With tensor parallelism each GPU holds
+its share of the KV heads, and at least one (more GPUs than KV heads: each keeps a copy).
+
+Weights that do not fit, or a pool that cannot hold one `--max-model-len` sequence, are refused as
+vLLM refuses them at start-up, and so is a pool of more blocks than servesim keeps in memory
+(config.MAX_NUM_GPU_BLOCKS). The refusal lists the one-flag changes that would fit: each is
+planned and validated here before it is suggested, so following the advice always works.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
-from config import ConfigError, EngineConfig
+from config import (CUDA_BLOCK_SIZE_MULTIPLE, MAX_NUM_GPU_BLOCKS, MAX_TOKENS, ConfigError,
+                    EngineConfig, flag_name, valid_tensor_parallel_sizes)
+from kv_cache import num_blocks_for
 from presets import GPUS, MODELS, GpuSpec, ModelSpec
 
 GIB = 2**30
@@ -82,47 +90,171 @@ def activation_reserve_bytes(model: ModelSpec, gpu: GpuSpec, config: EngineConfi
 
 
 def plan_memory(config: EngineConfig) -> MemoryPlan:
-    """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit."""
+    """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit (and,
+    as servesim must, a pool of more blocks than it keeps in memory). A refusal names the
+    changes that would fit, each one alone: every one of them is tried, and passes."""
+    try:
+        return _plan(config)
+    except DoesNotFit as refusal:
+        raise ConfigError(refusal.problem + _advice(config, refusal.remedies)) from None
+
+
+class DoesNotFit(ConfigError):
+    """A plan that does not fit: what is wrong, and which settings could mend it."""
+
+    def __init__(self, problem: str, remedies: tuple):
+        super().__init__(problem)
+        self.problem = problem
+        self.remedies = remedies  # names of the candidate functions below, in the order to try
+
+
+def _plan(config: EngineConfig) -> MemoryPlan:
     model, gpu = lookup(config)
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
     weights = model.weight_bytes // tp
     reserve = activation_reserve_bytes(model, gpu, config)
-    kv_per_token = model.kv_bytes_per_token(config.kv_cache_dtype) // tp
+    kv_per_token = model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp)
     speculative = config.speculative_config
     drafter = speculative.drafter_model(model) if speculative else None
     if drafter is not None:
         draft_tp = speculative.draft_tp(tp)
         weights += drafter.weight_bytes // draft_tp
-        kv_per_token += drafter.kv_bytes_per_token(config.kv_cache_dtype) // draft_tp
+        kv_per_token += drafter.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, draft_tp)
     block_bytes = kv_per_token * config.block_size
     if config.num_gpu_blocks_override is not None:
-        num_blocks: Optional[int] = config.num_gpu_blocks_override
+        num_blocks: int = config.num_gpu_blocks_override
     else:
         if weights + reserve >= usable:
-            raise ConfigError(_does_not_fit(config, model, gpu, weights, reserve, usable))
+            raise DoesNotFit(
+                f"{config.model} needs {weights / GIB:.1f} GiB of weights + {reserve / GIB:.1f} "
+                f"GiB activation reserve per GPU, but {gpu.name} x "
+                f"{config.gpu_memory_utilization} gives {usable / GIB:.1f} GiB",
+                ("utilization", "tensor_parallel", "gpu", "fewer_seqs", "shorter_len",
+                 "smaller_budget"))
         num_blocks = (usable - weights - reserve) // block_bytes
+        if num_blocks > MAX_NUM_GPU_BLOCKS:
+            raise DoesNotFit(
+                f"the KV cache would have {num_blocks:,} blocks of {config.block_size}, more than "
+                f"the {MAX_NUM_GPU_BLOCKS:,} servesim keeps in memory",
+                ("larger_block", "fewest_blocks"))
     plan = MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
                       overridden=config.num_gpu_blocks_override is not None)
     if plan.kv_cache_tokens < config.max_model_len:
-        raise ConfigError(
+        raise DoesNotFit(
             f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({num_blocks} blocks of "
-            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence; "
-            f"lower --max-model-len to {plan.kv_cache_tokens} or give the cache more memory")
+            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence",
+            ("max_model_len", "kv_cache_dtype", "smaller_block", "more_blocks", "utilization",
+             "tensor_parallel", "gpu"))
     return plan
 
 
-def _does_not_fit(config: EngineConfig, model: ModelSpec, gpu: GpuSpec, weights: int,
-                  reserve: int, usable: int) -> str:
-    needed_tp = config.tensor_parallel_size
-    while (model.weight_bytes // needed_tp + reserve >= usable) and needed_tp < 8:
-        needed_tp *= 2
-    bigger = [key for key, g in GPUS.items()
-              if model.weight_bytes // config.tensor_parallel_size + reserve
-              < g.memory_gib * GIB * config.gpu_memory_utilization]
-    suggestion = f"try --tensor-parallel-size {needed_tp}"
-    if bigger:
-        suggestion += f" or --gpu {' / '.join(bigger)}"
-    return (f"{config.model} needs {weights / GIB:.1f} GiB of weights + {reserve / GIB:.1f} GiB "
-            f"activation reserve per GPU, but {gpu.name} x {config.gpu_memory_utilization} "
-            f"gives {usable / GIB:.1f} GiB; {suggestion}")
+# -- advice: each candidate a change of one flag, kept only if the changed config plans ---------
+
+def _advice(config: EngineConfig, remedies: tuple) -> str:
+    advice = [text for text in (_first_that_fits(config, remedy) for remedy in remedies) if text]
+    if not advice:
+        return "; no change of one setting servesim can suggest makes it fit"
+    return "; any one of these fits: " + ", ".join(advice)
+
+
+def _first_that_fits(config: EngineConfig, remedy: str) -> Optional[str]:
+    """The first candidate of `remedy` that validates and plans, as flag text (GPUs: all)."""
+    fitting = [text for text, changes in CANDIDATES[remedy](config) if _fits(config, changes)]
+    if remedy == "gpu" and fitting:
+        others = f" (or {', '.join(fitting[1:])})" if fitting[1:] else ""
+        return f"--gpu {fitting[0]}{others}"
+    return fitting[0] if fitting else None
+
+
+def _fits(config: EngineConfig, changes: dict) -> bool:
+    changed = replace(config, **changes)
+    try:
+        changed.validate()
+        _plan(changed)
+    except ConfigError:
+        return False
+    return True
+
+
+def _utilizations(config):
+    for value in (0.9, 0.95):
+        if value > config.gpu_memory_utilization:
+            yield f"--gpu-memory-utilization {value}", {"gpu_memory_utilization": value}
+
+
+def _tensor_parallel_sizes(config):
+    for tp in valid_tensor_parallel_sizes(config.model):
+        if tp > config.tensor_parallel_size:
+            yield f"--tensor-parallel-size {tp}", {"tensor_parallel_size": tp}
+
+
+def _gpus(config):
+    for key in GPUS:
+        if key != config.gpu:
+            yield key, {"gpu": key}
+
+
+def _max_model_lens(config):
+    """The tokens the cache holds now: a sequence that long fits (or more, if lowering
+    max_model_len shrinks the profiling pass and so the activation reserve)."""
+    try:
+        tokens = _pool_tokens(config)
+    except ConfigError:
+        return
+    if 0 < tokens < config.max_model_len:
+        yield f"--max-model-len {tokens}", {"max_model_len": tokens}
+
+
+def _pool_tokens(config: EngineConfig) -> int:
+    """Tokens the pool holds, whether or not that is a whole sequence."""
+    return _plan(replace(config, max_model_len=1)).kv_cache_tokens
+
+
+def _kv_cache_dtypes(config):
+    if config.kv_cache_dtype != "fp8":
+        yield "--kv-cache-dtype fp8", {"kv_cache_dtype": "fp8"}
+
+
+def _smaller_blocks(config):
+    if config.block_size > CUDA_BLOCK_SIZE_MULTIPLE:
+        yield f"--block-size {CUDA_BLOCK_SIZE_MULTIPLE}", {"block_size": CUDA_BLOCK_SIZE_MULTIPLE}
+
+
+def _larger_blocks(config):
+    block_size = config.block_size * 2
+    while block_size <= MAX_TOKENS:
+        yield f"--block-size {block_size}", {"block_size": block_size}
+        block_size *= 2
+
+
+def _more_blocks(config):
+    """An override that holds one sequence (only where the user gave an override: else vLLM
+    sizes the pool from memory, and more blocks than that would not be there)."""
+    if config.num_gpu_blocks_override is not None:
+        blocks = num_blocks_for(config.max_model_len, config.block_size)
+        yield f"--num-gpu-blocks-override {blocks}", {"num_gpu_blocks_override": blocks}
+
+
+def _fewest_blocks(config):
+    """The most blocks servesim keeps: fewer than memory holds, so honest about memory."""
+    yield (f"--num-gpu-blocks-override {MAX_NUM_GPU_BLOCKS}",
+           {"num_gpu_blocks_override": MAX_NUM_GPU_BLOCKS})
+
+
+def _default_of(field_name: str, default: int):
+    """A setting that grows the activation reserve, back at the lesson's default."""
+    def candidates(config):
+        value = getattr(config, field_name)
+        if value is not None and value > default:
+            yield f"{flag_name(field_name)} {default}", {field_name: default}
+    return candidates
+
+
+CANDIDATES = {"utilization": _utilizations, "tensor_parallel": _tensor_parallel_sizes,
+              "gpu": _gpus, "max_model_len": _max_model_lens, "kv_cache_dtype": _kv_cache_dtypes,
+              "smaller_block": _smaller_blocks, "larger_block": _larger_blocks,
+              "more_blocks": _more_blocks, "fewest_blocks": _fewest_blocks,
+              "fewer_seqs": _default_of("max_num_seqs", EngineConfig.max_num_seqs),
+              "shorter_len": _default_of("max_model_len", EngineConfig.max_model_len),
+              "smaller_budget": _default_of("max_num_batched_tokens", 8192)}

@@ -61,9 +61,8 @@ class ContinuousMode:
         self.enable_chunked_prefill = enable_chunked_prefill
 
     def check(self, config: EngineConfig, name=flag_name) -> None:
-        """A refusal vLLM makes only for this mode; `name` as in EngineConfig.validate."""
-        if not self.enable_chunked_prefill:
-            config.validate_unchunked_budget(name)
+        """vLLM's refusals of this mode's token budget; `name` as in EngineConfig.validate."""
+        config.validate_scheduler(self.enable_chunked_prefill, name)
 
     def caches_prefixes(self, config: EngineConfig) -> bool:
         return config.enable_prefix_caching

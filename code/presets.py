@@ -86,6 +86,13 @@ class ModelSpec:
         element_bytes = 2 if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
         return self.num_layers * 2 * self.num_kv_heads * self.head_dim * element_bytes
 
+    def kv_bytes_per_token_per_gpu(self, kv_dtype: str, tensor_parallel_size: int) -> int:
+        """One GPU's share of a token's keys and values under tensor parallelism: its
+        num_kv_heads / tp KV heads, and at least one, since with more GPUs than KV heads vLLM
+        gives each GPU a copy of one (`ModelConfig.get_num_kv_heads`, vllm/config/model.py)."""
+        heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel_size)
+        return self.kv_bytes_per_token(kv_dtype) // self.num_kv_heads * heads_per_gpu
+
 
 # GPUs. Peaks from each vendor's datasheet, dense (the sparsity figures halved); memory_gib from
 # torch's out-of-memory messages ("GPU 0 has a total capacity of ... GiB") seen on those cards;

@@ -46,6 +46,9 @@ from presets import MODELS, ModelSpec
 
 EXAMPLE = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
            '"num_speculative_tokens": 3}')
+# vLLM sets no upper bound on k; servesim keeps per-position counters for every draft position,
+# so it sets one far past any published setup (vLLM's own tests and benchmarks use k = 1 to 8).
+MAX_SPECULATIVE_TOKENS = 64
 MODELLED_METHODS = ("ngram", "ngram_gpu", "eagle", "eagle3", "draft_model")
 NO_GPU_WORK_METHODS = ("ngram", "ngram_gpu")  # a lookup in the tokens so far (CPU or GPU)
 EAGLE_METHODS = ("eagle", "eagle3")           # a head fed the target's hidden states
@@ -373,6 +376,10 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     if num_speculative_tokens is None:
         raise ConfigError(f"--speculative-config needs num_speculative_tokens (k >= 1), "
                           f"like '{EXAMPLE}'")
+    if num_speculative_tokens > MAX_SPECULATIVE_TOKENS:
+        raise ConfigError(f"--speculative-config num_speculative_tokens must be at most "
+                          f"{MAX_SPECULATIVE_TOKENS} (servesim's bound; published setups use "
+                          f"1 to 8), got {num_speculative_tokens}")
     if model is None and method in ("draft_model", *EAGLE_METHODS):
         raise ConfigError(f"--speculative-config method {method} needs a model (vLLM: "
                           f"num_speculative_tokens was provided but without speculative model)")

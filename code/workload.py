@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol
 
 from arrivals import ClosedLoopClients, OpenLoopArrivals, arrival_times
+from config import MAX_TOKENS, Range
 from request import Request, TokenContent
 
 
@@ -36,6 +37,17 @@ DEFAULT_NUM_PROMPTS = 80   # enough traffic to show the lesson, small enough to 
 SHARED_PREFIX_SOURCE = 3   # in a TokenContent, a synthetic prefix k is source (3, k) ...
 OWN_SUFFIX_SOURCE = 4      # ... and a synthetic prompt's own suffix i is (4, i)
 MIXED_REQUEST_RATE = 4.0   # requests per second: the rate the lesson's mixed traffic states
+MAX_NUM_PROMPTS = 10_000_000  # a run keeps ~40 bytes per request; ten million take an hour
+
+# What each workload flag may be (config.Range: the same one-line refusals as the engine's flags).
+NUM_PROMPTS = Range(1, MAX_NUM_PROMPTS, integer=True)
+# Gamma gaps of shape B and mean 1/R have scale 1/(R x B): bounded, that stays a positive float.
+REQUEST_RATE = Range(0, 1e9, above_low=True, allow_inf=True, unit="req/s")
+BURSTINESS = Range(0, 1e6, above_low=True, why="1e6: gaps all but equal")
+LENGTH = Range(1, MAX_TOKENS, integer=True, unit="tokens")
+PREFIX_LENGTH = Range(0, MAX_TOKENS, integer=True, unit="tokens")  # a shared prefix; 0: none
+RANGE_RATIO = Range(0, 1, below_high=True)
+NORMAL_PARAMETER = Range(0, MAX_TOKENS, unit="tokens")
 
 
 class WorkloadError(ValueError):
@@ -49,6 +61,14 @@ class Workload:
     params: dict               # what the JSON "workload" object reports
     make_requests: Callable[[], Iterator[Request]]  # a fresh stream, in arrival order
     max_concurrency: Optional[int] = None
+    known_span_s: Optional[float] = None  # when the last request is planned to arrive, if known
+
+    def planned_span_s(self) -> float:
+        """When the last request is planned to arrive (s): known for a trace (its first reading)
+        and for everything sent at once, else drawn once more (cheap beside serving it)."""
+        if self.known_span_s is not None:
+            return self.known_span_s
+        return max((request.arrival_s for request in self.make_requests()), default=0.0)
 
     def arrivals(self):
         if self.max_concurrency is None:
@@ -103,12 +123,10 @@ class RandomLengths:
     prefix_len: int = 0   # a fixed prefix every prompt opens with, before its random part
 
     def __post_init__(self):
-        require_positive_int("--random-input-len", self.input_len)
-        require_positive_int("--random-output-len", self.output_len)
-        if not 0.0 <= self.range_ratio < 1.0:
-            raise WorkloadError(f"--random-range-ratio must be in [0, 1), got {self.range_ratio}")
-        if self.prefix_len < 0:
-            raise WorkloadError(f"--random-prefix-len must be >= 0, got {self.prefix_len}")
+        LENGTH.check("--random-input-len", self.input_len, WorkloadError)
+        LENGTH.check("--random-output-len", self.output_len, WorkloadError)
+        RANGE_RATIO.check("--random-range-ratio", self.range_ratio, WorkloadError)
+        PREFIX_LENGTH.check("--random-prefix-len", self.prefix_len, WorkloadError)
 
     @property
     def shared_prefix(self) -> Optional[TokenContent]:
@@ -154,15 +172,15 @@ class NormalLengths:
     def __post_init__(self):
         for flag, value in (("--input-mean", self.input_mean), ("--output-mean", self.output_mean),
                             ("--input-std", self.input_std), ("--output-std", self.output_std)):
-            if not (math.isfinite(value) and value >= 0):
-                raise WorkloadError(f"{flag} must be a number of tokens >= 0, got {value}")
+            NORMAL_PARAMETER.check(flag, value, WorkloadError)
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         return (self._clip(rng.gauss(self.input_mean, self.input_std)),
                 self._clip(rng.gauss(self.output_mean, self.output_std)))
 
     def _clip(self, tokens: float) -> int:
-        return min(max(round(tokens), 1), self.max_model_len)
+        """Clipped before it is rounded: a draw far out in a wide tail stays a float."""
+        return round(min(max(tokens, 1.0), self.max_model_len))
 
     def describe(self) -> str:
         prompts = (f"prompts {self.input_mean:g} tok" if self.input_std == 0 else
@@ -240,12 +258,10 @@ def prefix_repetition_workload(prefix_len: int = 256, suffix_len: int = 256,
     """`vllm bench serve --dataset-name prefix_repetition`: `num_prefixes` prefixes, each opening
     num_prompts // num_prefixes prompts with suffixes of their own, shuffled; as vLLM does, a few
     prompts drawn again fill up to `num_prompts` (those repeat a whole prompt)."""
-    for flag, value in (("--prefix-repetition-suffix-len", suffix_len),
-                        ("--prefix-repetition-num-prefixes", num_prefixes),
-                        ("--prefix-repetition-output-len", output_len)):
-        require_positive_int(flag, value)
-    if prefix_len < 0:
-        raise WorkloadError(f"--prefix-repetition-prefix-len must be >= 0, got {prefix_len}")
+    LENGTH.check("--prefix-repetition-suffix-len", suffix_len, WorkloadError)
+    LENGTH.check("--prefix-repetition-output-len", output_len, WorkloadError)
+    NUM_PROMPTS.check("--prefix-repetition-num-prefixes", num_prefixes, WorkloadError)
+    PREFIX_LENGTH.check("--prefix-repetition-prefix-len", prefix_len, WorkloadError)
     check_sending(num_prompts, max_concurrency)
     if num_prompts < num_prefixes:
         raise WorkloadError(f"--num-prompts {num_prompts} is fewer than "
@@ -301,7 +317,8 @@ def _synthetic_workload(name: str, lengths: Lengths, length_params: dict,
               **length_params}
     description = _describe(name, lengths, num_prompts, request_rate, burstiness, seed,
                             max_concurrency)
-    return Workload(name, description, params, make_requests, max_concurrency)
+    sent_at_once = 0.0 if math.isinf(request_rate) else None
+    return Workload(name, description, params, make_requests, max_concurrency, sent_at_once)
 
 
 def _describe(name: str, lengths: Lengths, num_prompts: int, request_rate: float,
@@ -333,18 +350,11 @@ def _json_rate(request_rate: float):
 
 def check_sending(num_prompts: Optional[int], max_concurrency: Optional[int]) -> None:
     if num_prompts is not None:
-        require_positive_int("--num-prompts", num_prompts)
+        NUM_PROMPTS.check("--num-prompts", num_prompts, WorkloadError)
     if max_concurrency is not None:
-        require_positive_int("--max-concurrency", max_concurrency)
+        NUM_PROMPTS.check("--max-concurrency", max_concurrency, WorkloadError)
 
 
 def check_arrival_rate(request_rate: float, burstiness: float) -> None:
-    if not (request_rate > 0 and not math.isnan(request_rate)):
-        raise WorkloadError(f"--request-rate must be > 0 (or inf), got {request_rate}")
-    if not (burstiness > 0 and math.isfinite(burstiness)):
-        raise WorkloadError(f"--burstiness must be a positive number, got {burstiness}")
-
-
-def require_positive_int(flag: str, value: int) -> None:
-    if value < 1:
-        raise WorkloadError(f"{flag} must be a positive integer, got {value}")
+    REQUEST_RATE.check("--request-rate", request_rate, WorkloadError)
+    BURSTINESS.check("--burstiness", burstiness, WorkloadError)

@@ -1,6 +1,11 @@
 """Shared factories for servesim's tests: small requests, small schedulers, a stepping driver,
-and the command line, run as a learner runs it (a process) or in this one (faster)."""
+and the command line, run as a learner runs it (a process) or in this one (faster).
 
+Every command a test runs, in this process or in its own, checks the engine's invariants after
+every step (commands/invariants.py): the variable is set here, for the whole session.
+"""
+
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("SERVESIM_CHECK_INVARIANTS", "1")
 
 from kv_cache import PagedKVCache  # noqa: E402
 from request import Request  # noqa: E402

@@ -32,15 +32,16 @@ def test_json_has_the_design_contract_fields():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--block-size", "0"], "--block-size must be a positive integer"),
+    (["--block-size", "0"], "--block-size must be an integer in [1, 10,000,000] tokens"),
     (["--block-size", "x"], "invalid int value"),
     (["--mode", "turbo"], "unknown --mode"),
     (["--mode", "continuous", "--max-num-batched-tokens", "512"], "below --max-model-len"),
     (["--mode", "chunked", "--no-enable-chunked-prefill"], "contradicts --mode"),
-    (["--gpu", "h100-sxm5"], "lower --max-model-len"),
-    (["--gpu", "l4"], "try --tensor-parallel-size"),
+    (["--gpu", "h100-sxm5"], "any one of these fits: --max-model-len 3824,"),
+    (["--gpu", "l4"], "any one of these fits: --tensor-parallel-size 4,"),
     (["--num-gpu-blocks-override", "10"], "less than one --max-model-len"),
-    (["--request-rate", "0"], "--request-rate must be > 0"),
+    (["--request-rate", "0"],
+     "--request-rate must be a number in (0, 1,000,000,000] req/s, or inf, got 0.0"),
     (["--trace", "no-such-file.csv"], "cannot read trace"),
     (["--max-model-len", "100"], "no request completed: all 80 were rejected"),
     (["run", "--max-model-len", "100"], "no request completed"),

@@ -52,7 +52,9 @@ def test_a_prompt_that_can_never_fit_is_rejected_and_counted_not_dropped():
 
 
 def test_a_pool_smaller_than_one_max_model_len_sequence_is_refused_at_start_up():
-    with pytest.raises(ConfigError, match="lower --max-model-len"):
+    # 100 blocks x 16 = 1,600 tokens; one 8,192-token sequence needs 512 blocks.
+    with pytest.raises(ConfigError, match="fits: --max-model-len 1600, --num-gpu-blocks-override "
+                                          "512$"):
         plan_memory(EngineConfig(num_gpu_blocks_override=100, max_model_len=8192))
 
 

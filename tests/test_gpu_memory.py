@@ -1,5 +1,8 @@
 """KV capacity the way vLLM computes it: utilization x memory - weights - activation reserve."""
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from config import ConfigError, EngineConfig
@@ -42,3 +45,63 @@ def test_weights_that_do_not_fit_are_refused_with_what_would_fit():
 def test_num_gpu_blocks_override_wins():
     plan = plan_memory(EngineConfig(num_gpu_blocks_override=600, block_size=16))
     assert (plan.num_gpu_blocks, plan.kv_cache_tokens) == (600, 9600)
+
+
+def advised_changes(message: str) -> list[dict]:
+    """'...; any one of these fits: --max-model-len 3824, --gpu h200 (or b200, mi300x)' ->
+    [{"max_model_len": 3824}, {"gpu": "h200"}, {"gpu": "b200"}, {"gpu": "mi300x"}]."""
+    changes = []
+    for flag, value, others in re.findall(r"(--[\w-]+) ([^\s,()]+)(?: \(or ([^)]*)\))?",
+                                          message.split("any one of these fits: ")[1]):
+        field = flag[2:].replace("-", "_")
+        for text in [value] + (others.split(", ") if others else []):
+            number = float(text) if "." in text else int(text) if text.isdigit() else text
+            changes.append({field: number})
+    return changes
+
+
+REFUSED = [dict(gpu="h100-sxm5"), dict(gpu="l4"), dict(model="llama-3.3-70b", gpu="h100-sxm5"),
+           dict(num_gpu_blocks_override=10), dict(block_size=2**20), dict(max_num_seqs=10**6),
+           dict(model="llama-3.2-1b", tensor_parallel_size=8, kv_cache_dtype="fp8"),
+           dict(max_model_len=10**6), dict(gpu_memory_utilization=0.01),
+           dict(model="llama-3.1-405b-fp8", gpu="h100-sxm5", tensor_parallel_size=4),
+           dict(max_num_batched_tokens=10**7), dict(model="opt-13b", gpu="l4", block_size=4096)]
+
+
+@pytest.mark.parametrize("changes", REFUSED)
+def test_every_change_a_refusal_advises_is_itself_a_config_that_fits(changes):
+    config = EngineConfig(**changes)
+    config.validate()
+    with pytest.raises(ConfigError) as refused:
+        plan_memory(config)
+    advice = advised_changes(str(refused.value))
+    assert advice, str(refused.value)
+    for change in advice:
+        advised = replace(config, **change)
+        advised.validate()
+        assert plan_memory(advised).kv_cache_tokens >= advised.max_model_len, change
+
+
+def test_when_no_one_change_fits_the_refusal_says_so_rather_than_guess():
+    with pytest.raises(ConfigError, match="no change of one setting servesim can suggest makes "
+                                          "it fit$"):
+        plan_memory(EngineConfig(gpu="a100-40gb", max_model_len=10**6))
+
+
+def test_at_the_largest_tensor_parallel_degree_no_larger_one_is_advised():
+    # The old advice doubled the degree up to 8 and then suggested 8 again, at 8.
+    config = EngineConfig(model="llama-3.1-405b-fp8", gpu="l4", tensor_parallel_size=8)
+    with pytest.raises(ConfigError) as refused:
+        plan_memory(config)
+    assert "--tensor-parallel-size 8" not in str(refused.value)
+    assert "--tensor-parallel-size 32" in str(refused.value)  # 381.9 GiB / 32 fits in 19.8 GiB
+
+
+def test_with_more_gpus_than_kv_heads_each_gpu_keeps_one_head_of_kv():
+    # Llama 3 70B has 8 KV heads: at TP 16 every GPU still holds one head's KV (vLLM replicates).
+    from presets import MODELS
+    model = MODELS["llama-3.3-70b-fp8"]
+    one_head = model.kv_bytes_per_token("auto") // 8
+    assert model.kv_bytes_per_token_per_gpu("auto", 8) == one_head
+    assert model.kv_bytes_per_token_per_gpu("auto", 16) == one_head
+    assert model.kv_bytes_per_token_per_gpu("auto", 2) == 4 * one_head

@@ -1,10 +1,17 @@
-"""Invariants checked after every step of a busy, memory-starved run of the V1 scheduler."""
+"""Invariants checked after every step of a busy, memory-starved run of the V1 scheduler, and
+the invariant checker (commands/invariants.py) caught in the act on each state it forbids."""
 
 import random
 
+import pytest
+
+from batch import EngineStep, SchedulerOutput, StepResult
+from commands.invariants import InvariantChecker, InvariantViolation
+from config import EngineConfig
 from conftest import make_request, make_scheduler
 from kv_cache import num_blocks_for
-from request import RequestStatus
+from modes import MODES
+from request import Request, RequestStatus
 
 
 def drive_to_completion(scheduler, requests, max_steps=20_000):
@@ -41,3 +48,56 @@ def test_a_starved_pool_preempts_but_every_request_finishes_and_blocks_balance(b
         assert all(r.status is RequestStatus.FINISHED for r in requests)
         assert sum(r.num_preemptions for r in requests) > 0  # the pool really was too small
         assert scheduler.num_free_blocks == 30
+
+
+# -- the checker itself: each rule fires on the state it forbids -------------------------------
+
+def checker_and_step(**step_fields):
+    """A checker watching a fresh CONTINUOUS+CHUNKED scheduler, and one step to show it."""
+    config = EngineConfig(max_model_len=64)
+    checker = InvariantChecker(MODES["chunked"], config)
+    checker.make_scheduler(config, 8, random.Random(0))
+    fields = dict(index=0, start_s=0.0, step_s=0.01, batch=SchedulerOutput(),
+                  result=StepResult(num_bulk_sampled=1), num_running=0, num_waiting=0,
+                  num_free_blocks=8, kv_reserved_slots=0, kv_used_slots=0)
+    fields.update(step_fields)
+    return checker, EngineStep(**fields)
+
+
+def test_the_checker_passes_a_sound_step_and_catches_a_block_counted_twice():
+    checker, step = checker_and_step()
+    checker(step)
+    pool = checker.scheduler.kv_cache.pool
+    pool._front.append(2)  # as many free blocks as ever, but block 2 twice and block 1 lost
+    pool._next_unused = 2
+    step.index, step.start_s = 1, 0.01
+    with pytest.raises(InvariantViolation, match="twice in the free queue"):
+        checker(step)
+
+
+def test_the_checker_catches_frozen_time_and_time_going_back():
+    checker, step = checker_and_step(start_s=1e17, step_s=1e-3)  # 1e17 + 1e-3 == 1e17
+    with pytest.raises(InvariantViolation, match="frozen time"):
+        checker(step)
+    checker, step = checker_and_step(start_s=5.0)
+    checker(step)
+    _, earlier = checker_and_step(start_s=1.0)
+    with pytest.raises(InvariantViolation, match="the clock went back from 5.01 to 1.0 s"):
+        checker(earlier)
+
+
+def test_the_checker_turns_a_livelock_into_an_error():
+    checker, step = checker_and_step(result=StepResult())  # nothing sampled, nobody finished
+    with pytest.raises(InvariantViolation, match="livelock: 145 steps without a token sampled"):
+        for index in range(1000):  # bound: 2 x max_model_len 64 + 16 = 144 steps
+            step.index, step.start_s = index, index * 0.01
+            checker(step)
+
+
+def test_the_checker_catches_a_request_that_finished_short():
+    request = Request("r", 0.0, 10, 5, num_output_tokens=3)
+    request.admit()
+    request.finish()
+    checker, step = checker_and_step(result=StepResult(finished=[request]))
+    with pytest.raises(InvariantViolation, match="ended RequestStatus.FINISHED with 3 of 5"):
+        checker(step)

@@ -59,15 +59,21 @@ def test_run_and_sweep_honour_the_knobs(tmp_path, command):
 
 
 def test_a_flag_overrides_its_knob(tmp_path):
-    result = run(edited_copy(tmp_path, BLOCK_SIZE=32), "--block-size", "8", "--format", "json",
+    result = run(edited_copy(tmp_path, BLOCK_SIZE=32), "--block-size", "64", "--format", "json",
                  "--num-prompts", "5")
-    assert json.loads(result.stdout)["config"]["block_size"] == 8
+    assert json.loads(result.stdout)["config"]["block_size"] == 64
 
 
 @pytest.mark.parametrize("knob, value, says", [
-    ("BLOCK_SIZE", "0", "BLOCK_SIZE in code/main.py must be a positive integer, got 0"),
-    ("MAX_NUM_SEQS", "-1", "MAX_NUM_SEQS in code/main.py must be a positive integer"),
-    ("MAX_NUM_BATCHED_TOKENS", "0", "MAX_NUM_BATCHED_TOKENS in code/main.py must be a positive"),
+    ("BLOCK_SIZE", "0", "BLOCK_SIZE in code/main.py must be an integer in [1, 10,000,000] "
+                        "tokens, got 0"),
+    ("BLOCK_SIZE", "16.0", "BLOCK_SIZE in code/main.py must be an integer"),
+    ("MAX_NUM_SEQS", "-1", "MAX_NUM_SEQS in code/main.py must be an integer in [1, 1,000,000]"),
+    ("MAX_NUM_BATCHED_TOKENS", "0", "MAX_NUM_BATCHED_TOKENS in code/main.py must be an integer in "
+                                    "[1, 10,000,000] tokens, got 0"),
+    # vLLM's SchedulerConfig: a step's budget must hold a token for each of max_num_seqs.
+    ("MAX_NUM_SEQS", "1024", "MAX_NUM_BATCHED_TOKENS in code/main.py 512 is below MAX_NUM_SEQS "
+                             "in code/main.py 1024"),
     ("COMPARED_MODES", '["turbo"]', "unknown COMPARED_MODES in code/main.py 'turbo'"),
 ])
 def test_a_refusal_caused_by_a_knob_names_the_knob(tmp_path, knob, value, says):

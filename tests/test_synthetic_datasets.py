@@ -35,7 +35,7 @@ def test_random_lengths_reach_both_ends_and_never_leave_them():
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1, float("nan")])
 def test_random_range_ratio_outside_zero_to_one_is_refused(ratio):
-    with pytest.raises(WorkloadError, match=r"--random-range-ratio must be in \[0, 1\)"):
+    with pytest.raises(WorkloadError, match=r"--random-range-ratio must be a number in \[0, 1\)"):
         RandomLengths(range_ratio=ratio)
 
 
@@ -78,5 +78,6 @@ def test_exercise_four_outputs_have_mean_1500_and_std_600():
 
 
 def test_negative_standard_deviation_is_refused():
-    with pytest.raises(WorkloadError, match="--output-std must be a number of tokens >= 0"):
+    with pytest.raises(WorkloadError,
+                       match=r"--output-std must be a number in \[0, 10,000,000\] tokens"):
         normal_workload(output_std=-1)

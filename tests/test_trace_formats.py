@@ -126,7 +126,7 @@ def test_reported_token_totals_are_the_sums_over_the_rows(tmp_path, capsys, name
      2, "arrival_s must be a finite time >= 0, got -1"),
     ("burst.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                   "1,GPT-4,-5,2,-3,API log\n",
-     2, "Request tokens must be >= 1, got -5"),
+     2, "Request tokens must be an integer in [1, 10,000,000], got -5"),
     ("azure.csv", AZURE + "2023-11-16 18:17:04.0000000,10,1\r\n",
      5, "time goes backwards: 2023-11-16 18:17:04.0000000 is earlier than line 4's "
         "2023-11-16 18:17:05.5000000; rows must be in time order"),

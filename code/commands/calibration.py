@@ -336,5 +336,5 @@ def add_parser(subparsers, knobs) -> None:
 def run_calibration(args, context) -> str:
     results = [(group, compare_group(group, context.simulate)) for group in GROUPS]
     if args.format == "json":
-        return json.dumps(to_json(results), indent=2)
+        return json.dumps(to_json(results), indent=2, allow_nan=False)
     return "\n".join(report_lines(results))

@@ -9,17 +9,25 @@
     calibration   the virtual clock against published measurements                calibration.py
 
 Each command module adds its own subcommand (`add_parser`) and returns the text to print; this
-file is the one place that talks to the terminal. A bad value gets one line on stderr naming it
-and what would be valid, and exit status 2; nothing is written before every input is checked.
+file is the one place that talks to the terminal. Every way out is one line at most:
+
+    exit 0     the command's output on stdout
+    exit 2     a bad value: one line on stderr naming it and what would be valid; nothing is
+               written, since nothing is written before every input is checked
+    exit 1     a file that could not be written after the run (a full disk): one line
+    exit 130   Ctrl-C, and 143 SIGTERM (what `timeout` and CI cancels send): one line, and no
+               partial file left behind (output_files.py removes it as the stack unwinds)
 """
 
 import argparse
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from commands import calibration, compare, kv_waste, lesson_check, presets, run, sweep
+from commands.output_files import OutputError
 from config import ConfigError, Knobs
 from workload import WorkloadError
 
@@ -31,6 +39,15 @@ class Context:
     """What main.py hands every command: the engine loop and the knobs at its top."""
     simulate: Callable  # main.simulate
     knobs: Knobs
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so that it unwinds like Ctrl-C does. A
+    BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -52,6 +69,23 @@ def build_parser(knobs: Knobs) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return run_command(argv, simulate, knobs)
+    except KeyboardInterrupt:
+        return stopped("interrupted (Ctrl-C)", 128 + signal.SIGINT)
+    except Terminated:
+        return stopped("terminated (SIGTERM)", 128 + signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
+
+
+def stopped(how: str, status: int) -> int:
+    print(f"servesim: {how}; no partial file is left behind", file=sys.stderr)
+    return status
+
+
+def run_command(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
     parser = build_parser(knobs)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["compare", *argv]
@@ -65,6 +99,9 @@ def main(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
     except (ConfigError, WorkloadError) as error:
         print(f"servesim: error: {error}", file=sys.stderr)
         return 2
+    except OutputError as error:
+        print(f"servesim: error: {error}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
         return 0

@@ -46,8 +46,8 @@ def run_compare(args: argparse.Namespace, context) -> str:
     modes = flags.modes_from_args(args, context.knobs.compared_modes,
                                   knob="COMPARED_MODES in code/main.py")
     engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
-    workload = workload_from_args(args, engine.config)
     outputs = flags.outputs_from_args(args)
+    workload = workload_from_args(args, engine.config)
     with PendingFiles(outputs) as files:
         watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
                       step_log=files.step_log)

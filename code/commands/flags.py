@@ -5,8 +5,15 @@ Engine flags carry vLLM's names and map 1:1 to `EngineConfig` fields (`--max-num
 the top of code/main.py also sets defaults to None here, meaning "not given: take the knob", so
 that a refusal can name where the value came from: the flag, or the knob.
 
-Every value is parsed and checked here, before any simulation or file: a bad one becomes one
-`ConfigError` line naming the flag and what would be valid.
+Every value is parsed and checked before any simulation or file: a bad one becomes one
+`ConfigError` line naming the flag and what would be valid. Where each check lives:
+
+    an engine flag         its EngineConfig field's row in config.FIELD_RULES, and vLLM's rules
+                           tying fields together in config.py (`validate`, `validate_scheduler`)
+    a workload flag        workload.py's Ranges; the span the clock must resolve, workload_flags.py
+    an output flag         here (`outputs_from_args`, the `parse_...` functions); its file's path
+                           in output_files.py
+    a --[no-]FLAG pair     `add_switch`: both spellings at once are refused, not last-one-wins
 """
 
 import argparse
@@ -16,8 +23,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
 from commands import progress
+from commands.output_files import check_paths
 from commands.serving import Engine
-from config import ConfigError, EngineConfig, Knobs, flag_name
+from config import ConfigError, EngineConfig, Knobs, Range, flag_name
 from forward_model import make_clock
 from goodput import CHAT_SLOS_MS, SLO_NAMES
 from gpu_memory import plan_memory
@@ -33,6 +41,11 @@ DEFAULT_TIMELINE_STEPS = 16
 GOODPUT_EXAMPLE = "ttft:2000 tpot:50 e2el:20000"
 CHAT_GOODPUT = tuple(f"{name}:{ms:g}" for name, ms in CHAT_SLOS_MS.items())  # compare, sweep
 CHAT_GOODPUT_NOTE = "the default: an interactive chat"
+SLO_MS = Range(0, math.inf, unit="ms")
+# Flags that name a file the run reads: no output may be written over one of them.
+INPUT_FLAGS = (("--trace", "trace"), ("--observed", "observed"))
+# A timeline keeps the rows it may draw while the engine runs: 10,000 rows is a long read already.
+TIMELINE_STEPS = Range(1, 10_000, integer=True, unit="steps")
 
 
 # -- the flags -----------------------------------------------------------------------------------
@@ -75,13 +88,12 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     group.add_argument("--long-prefill-token-threshold", type=int, metavar="TOKENS",
                        default=DEFAULTS.long_prefill_token_threshold,
                        help="cap on one request's prompt tokens per step (0 = off)")
-    group.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
-                       default=None, help="choose CONTINUOUS+CHUNKED (or, with --no-..., "
-                                          "CONTINUOUS) as the continuous mode")
-    group.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                       default=DEFAULTS.enable_prefix_caching,
-                       help="reuse cached KV blocks of shared prompt prefixes (default on, as in "
-                            "vLLM V1; CONTINUOUS and CONTINUOUS+CHUNKED only)")
+    add_switch(group, "--enable-chunked-prefill",
+               help="choose CONTINUOUS+CHUNKED (or, with --no-..., CONTINUOUS) as the "
+                    "continuous mode")
+    add_switch(group, "--enable-prefix-caching", default=DEFAULTS.enable_prefix_caching,
+               help="reuse cached KV blocks of shared prompt prefixes (default on, as in vLLM "
+                    "V1; CONTINUOUS and CONTINUOUS+CHUNKED only)")
     group.add_argument("--speculative-config", default=None, metavar="JSON",
                        help=f"speculative decoding, with vLLM's keys, e.g. '{SPECULATIVE_EXAMPLE}'"
                             f"; method: {', '.join(MODELLED_METHODS)} (draft_model's model: a "
@@ -107,6 +119,24 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     group.add_argument("--linear-decode-token-ms", type=float, metavar="MS",
                        default=DEFAULTS.linear_decode_token_ms,
                        help="linear clock: per decode token (default 0.5)")
+
+
+class Switch(argparse.BooleanOptionalAction):
+    """`--x` / `--no-x`, refusing both at once. (vLLM's argparse lets the last one win
+    silently; here a learner who typed both meant something the run would not show.)"""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("switches_given", {})  # flag -> spelling used
+        earlier = given.setdefault(self.dest, option_string)
+        if earlier != option_string:
+            raise argparse.ArgumentError(self, f"{earlier} and {option_string} both given; "
+                                               "give one of them")
+        super().__call__(parser, namespace, values, option_string)
+
+
+def add_switch(group, flag: str, help: str, default: Optional[bool] = None) -> None:
+    """A --[no-]FLAG pair, as vLLM's boolean flags are spelled."""
+    group.add_argument(flag, action=Switch, default=default, help=help)
 
 
 def add_mode_flag(group, default: Optional[str], default_text: str, one: bool = False) -> None:
@@ -282,6 +312,8 @@ class Outputs:
     block_table: Optional[str] = None           # --block-table ID (run only)
     percentiles: list[float] = field(default_factory=lambda: [99.0])
     percentile_metrics: list[str] = field(default_factory=lambda: list(PERCENTILE_METRICS))
+    input_paths: list[tuple[str, str]] = field(default_factory=list)  # (flag, path) of files
+    #                                             read, which no output may overwrite
 
     def file_paths(self) -> list[tuple[str, str]]:
         """(flag, path) of every file to write."""
@@ -295,7 +327,9 @@ def outputs_from_args(args: argparse.Namespace) -> Outputs:
     command does not have counts as not given: sweep has no --timeline, for instance.)"""
     outputs = Outputs(format=args.format, svg=args.svg,
                       step_log=getattr(args, "step_log", None),
-                      save_detailed=getattr(args, "save_detailed", None))
+                      save_detailed=getattr(args, "save_detailed", None),
+                      input_paths=[(flag, getattr(args, name)) for flag, name in INPUT_FLAGS
+                                   if getattr(args, name, None) is not None])
     if getattr(args, "timeline", None) is not None or getattr(args, "timeline_at", None):
         if args.format == "json":
             raise ConfigError("--timeline draws text; leave it out with --format json")
@@ -307,6 +341,7 @@ def outputs_from_args(args: argparse.Namespace) -> Outputs:
     if hasattr(args, "metric_percentiles"):
         outputs.percentiles = parse_percentiles(args.metric_percentiles)
         outputs.percentile_metrics = parse_percentile_metrics(args.percentile_metrics)
+    check_paths(outputs)
     return outputs
 
 
@@ -336,10 +371,10 @@ def _milliseconds(pair: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not value >= 0:  # NaN fails this too
-        raise ConfigError(f"--goodput {pair!r}: the target must be a number of milliseconds "
-                          f">= 0 (e.g. {GOODPUT_EXAMPLE})")
+        value = math.nan
+    if not SLO_MS.contains(value):  # NaN and inf fail too: a target of inf is no target
+        raise ConfigError(f"--goodput {pair!r}: the target must be {SLO_MS.describe()} "
+                          f"(e.g. {GOODPUT_EXAMPLE})")
     return value
 
 
@@ -388,8 +423,7 @@ def parse_loads(flag: str, text: str, integer: bool) -> list[float]:
 
 def parse_timeline_spec(num_steps: int, where: str) -> TimelineSpec:
     """`--timeline N --timeline-at WHERE` -> a TimelineSpec, or one line saying what is valid."""
-    if num_steps < 1:
-        raise ConfigError(f"--timeline takes a positive number of steps, got {num_steps}")
+    TIMELINE_STEPS.check("--timeline", num_steps)
     if where in ("start", "worst-itl"):
         return TimelineSpec(num_steps, where)
     prefix, _, request_id = where.partition(":")

@@ -270,7 +270,7 @@ class KvWasteReport:
                     "policies": rows, "block_sizes": self.block_size_rows(),
                     "simulation": {"mode": "CONTINUOUS+CHUNKED", **self.simulation},
                     "paper": PAPER}
-        return json.dumps(document, indent=2)
+        return json.dumps(document, indent=2, allow_nan=False)
 
     def lines(self) -> list[str]:
         population, config = self.population, self.engine.config

@@ -66,12 +66,12 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         raise ConfigError(f"run takes one --mode (naive, static, continuous or chunked), "
                           f"got {args.mode!r}; use compare for several")
     engine = flags.engine_from_args(args, context, modes)
-    workload = workload_from_args(args, engine.config)
     outputs = flags.outputs_from_args(args)
     if outputs.block_table is not None and not modes[0].is_paged:
         raise ConfigError(f"--block-table draws PagedAttention's block tables, and {modes[0].name} "
                           "has none (it reserves max_model_len slots per request in one piece); "
                           "use --mode continuous or chunked")
+    workload = workload_from_args(args, engine.config)
     with PendingFiles(outputs) as files:
         watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
                       token_times=outputs.save_detailed is not None,

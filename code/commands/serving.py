@@ -13,12 +13,16 @@ to see, so a command lists it in a `Watch` and gets back one `ModeRun` per mode:
     --block-table ID      BlockTableWatch  one request's block table (reports/block_table.py)
 
 Nothing is attached that was not asked for: with no observers the engine loop does no extra work.
+With SERVESIM_CHECK_INVARIANTS set (the tests set it), every run is also checked, step by step,
+by invariants.py.
 """
 
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from commands import invariants
 from commands.detailed import TokenTimes
+from commands.invariants import InvariantChecker
 from commands.progress import Progress
 from commands.step_log import StepLog
 from config import EngineConfig
@@ -43,11 +47,21 @@ class Engine:
     show_progress: bool = False  # a progress line on stderr for long runs (progress.py)
 
     def serve(self, workload, mode, observers=()) -> RunRecorder:
+        checking = invariants.wanted()  # off unless SERVESIM_CHECK_INVARIANTS is set (tests)
+        if checking:
+            checker = InvariantChecker(mode, self.config, checking == "every-request")
+            recorder = self._simulate(workload, checker, mode.name, [*observers, checker])
+            checker.check_end(recorder, workload)
+            return recorder
+        return self._simulate(workload, mode, mode.name, observers)
+
+    def _simulate(self, workload, mode, mode_name: str, observers) -> RunRecorder:
+        """`mode` is a mode, or an InvariantChecker standing before one."""
         if not self.show_progress:
             return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks,
                                  self.clock, observers)
         num_requests = workload.params.get("num_requests") or workload.params.get("num_prompts")
-        progress = Progress(mode.name, num_requests)
+        progress = Progress(mode_name, num_requests)
         try:
             return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks,
                                  self.clock, observers, progress)

@@ -56,4 +56,4 @@ class StepLogLines:
         if step.result.verified:
             line["drafts"] = {request.request_id: [num_drafts, num_accepted]
                               for request, num_drafts, num_accepted in step.result.verified}
-        self._file.write(json.dumps(line) + "\n")
+        self._file.write(json.dumps(line, allow_nan=False) + "\n")

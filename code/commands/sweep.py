@@ -66,7 +66,8 @@ def add_parser(subparsers, knobs) -> None:
                             f"{','.join(map(str, SWEEP_RATES))}); inf sends all at once")
     group.add_argument("--concurrencies", default=None, metavar="N[,N...]",
                        help="sweep --max-concurrency instead, e.g. 1,8,32 (all requests "
-                            "ready at once unless --request-rate is given)")
+                            "ready at once unless --request-rate is given; a --trace keeps its "
+                            "own times, and sweeps only this)")
     flags.add_format_flags(group, step_log=False)
     flags.add_chat_goodput_flag(parser)
     flags.add_picture_flags(parser, timeline=False)
@@ -79,8 +80,8 @@ def run_sweep(args: argparse.Namespace, context) -> str:
         modes = flags.modes_from_args(args, BUDGET_SWEEP_MODES)
     else:
         modes = flags.modes_from_args(args, SWEEP_MODES)
-    load_name, specs = sweep_points_from_args(args, context, modes, budgets)
     outputs = flags.outputs_from_args(args)
+    load_name, specs = sweep_points_from_args(args, context, modes, budgets)
     with PendingFiles(outputs) as files:
         points = run_points(modes, specs, load_name)
         _, engine, first_workload = specs[0]
@@ -151,10 +152,15 @@ def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, li
             raise ConfigError("--max-concurrency conflicts with --concurrencies, which sets it "
                               "for each point")
         loads = flags.parse_loads("--concurrencies", args.concurrencies, integer=True)
-        rate = math.inf if args.request_rate is None else args.request_rate
+        rate = args.request_rate
+        if rate is None and args.trace is None:  # a trace keeps its own arrival times
+            rate = math.inf
         return "max_concurrency", [
             (n, workload_from_args(_with(args, request_rate=rate, max_concurrency=int(n)), config))
             for n in loads]
+    if args.trace is not None:
+        raise ConfigError("sweep --trace varies --concurrencies (e.g. 1,8,32): a trace brings "
+                          "its own arrival times, so there is no request rate to sweep")
     if args.request_rate is not None:
         raise ConfigError("--request-rate conflicts with --request-rates, which sets it for "
                           "each point")

@@ -15,8 +15,10 @@ to change something.
 
 import argparse
 import math
+import sys
 
 from config import EngineConfig
+from forward_model import make_clock
 from traces.formats import DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS
 from traces.replay import trace_workload
 from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, MixedLengths, NormalLengths,
@@ -26,6 +28,7 @@ from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, MixedLengths, Nor
 SYNTHETIC = ("mixed", "random", "normal", "prefix_repetition")
 PREFIX_REPETITION = {"prefix_len": 256, "suffix_len": 256, "num_prefixes": 10,
                      "output_len": 128}  # vllm bench serve's defaults
+CLOCK_RESOLUTION_MARGIN = 1000  # the cheapest step, in units of the clock's resolution at the end
 RANDOM = RandomLengths()
 NORMAL = NormalLengths()
 
@@ -136,6 +139,14 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Workload:
+    """The workload the flags ask for, checked: every option, and that the virtual clock can
+    still count steps at the last arrival."""
+    workload = _workload(args, config)
+    check_clock_resolution(workload, make_clock(config).shortest_step_s(), workload_kind(args))
+    return workload
+
+
+def _workload(args: argparse.Namespace, config: EngineConfig) -> Workload:
     kind = workload_kind(args)
     check_options_belong(args, kind)
     if kind == "trace":
@@ -165,6 +176,22 @@ def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Worklo
                            output_mean=given(args.output_mean, NORMAL.output_mean),
                            output_std=given(args.output_std, NORMAL.output_std),
                            max_model_len=config.max_model_len, **sending)
+
+
+def check_clock_resolution(workload: Workload, shortest_step_s: float, kind: str) -> None:
+    """The virtual clock is a float of seconds, which at time T moves in steps of about
+    T x 2.2e-16: far enough along, a short step would change it by nothing (frozen time, every
+    latency 0) or by a rounded amount. So the last arrival must come early enough that even the
+    cheapest step the clock prices is a thousand times the clock's resolution there."""
+    span_s = workload.planned_span_s()
+    limit_s = shortest_step_s / (CLOCK_RESOLUTION_MARGIN * sys.float_info.epsilon)
+    if not span_s <= limit_s:  # inf and NaN too
+        shorten = ("a smaller --trace-time-scale or fewer requests (--num-prompts)"
+                   if kind == "trace" else "a higher --request-rate or fewer --num-prompts")
+        raise WorkloadError(
+            f"the requests arrive over {span_s:.3g} s of virtual time, too long for the clock to "
+            f"count a {shortest_step_s * 1000:.3g} ms step at the end; keep it under "
+            f"{limit_s:.3g} s: {shorten}")
 
 
 def workload_kind(args: argparse.Namespace) -> str:

@@ -137,7 +137,7 @@ def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> st
     document = {"config": config_document, "workload": workload_json,
                 "sweep": {"load": points[0].load_name, "goodput_slos_ms": slos_ms},
                 "results": results}
-    return json.dumps(document, indent=2)
+    return json.dumps(document, indent=2, allow_nan=False)
 
 
 def _json_rate(request_rate):

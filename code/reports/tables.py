@@ -276,4 +276,4 @@ def to_json(config, plan, workload, results: list[tuple[str, dict]], recorders,
         entries.append({"mode": name, **metrics, "rejections": rejections})
     document = {"config": config_json(config, plan), "workload": workload.params,
                 "results": entries}
-    return json.dumps(document, indent=indent)
+    return json.dumps(document, indent=indent, allow_nan=False)

@@ -19,11 +19,13 @@ may say what their tokens are, for prefix caching: `hash_ids` (one id per 512 pr
 failed request with 0 response tokens; its reader marks such rows `failed` (trace_replay.py skips
 and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
 
-Files are read line by line, never loaded whole. A bad row raises one `WorkloadError` line naming
-the file, the line number and what is wrong.
+Files are read line by line, never loaded whole, and no line is held past MAX_LINE_CHARS
+characters: a file that is not a trace (one huge line) is refused after reading that much of it.
+A bad row raises one `WorkloadError` line naming the file, the line number and what is wrong.
 """
 
 import csv
+import itertools
 import json
 import math
 from contextlib import contextmanager
@@ -31,8 +33,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterator, Optional
 
+from config import MAX_TOKENS, Range
 from request import TokenContent
 from workload import WorkloadError
+
+# The longest line a trace may have. A Mooncake line that lists a 131,072-token prompt's token
+# ids takes about a megabyte; 16 Mi characters leave room for that and stop a file that is not a
+# trace before it fills the memory.
+MAX_LINE_CHARS = 16 * 2**20
 
 
 @dataclass(slots=True)
@@ -99,7 +107,7 @@ TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "csv")
 
 def read_csv_rows(path: str, layout: CsvLayout) -> Iterator[TraceRow]:
     with open_trace(path, newline="") as file:
-        reader = csv.reader(file)
+        reader = csv.reader(capped_lines(path, file))
         try:
             columns = column_indexes(path, next(reader, []), layout)
             for fields in reader:
@@ -163,7 +171,7 @@ HASH_ID_SOURCE = 1             # a hash id h names the tokens of source (1, h)
 def read_mooncake_rows(path: str, hash_block_size: int) -> Iterator[TraceRow]:
     """One JSON object a line; its numbers go through the same checks as CSV text."""
     with open_trace(path) as file:
-        for line, text in enumerate(file, start=1):
+        for line, text in enumerate(capped_lines(path, file), start=1):
             if text.strip():
                 yield mooncake_row(path, line, text, hash_block_size)
 
@@ -253,13 +261,26 @@ def parse_tokens(path: str, line: int, column: str, text: str, minimum: int) -> 
     except ValueError:
         raise trace_error(path, line, f"{column} must be a whole number of tokens, "
                                       f"got {text!r}") from None
-    if value < minimum:
-        raise trace_error(path, line, f"{column} must be >= {minimum}, got {value}")
+    tokens = Range(minimum, MAX_TOKENS, integer=True)
+    if not tokens.contains(value):
+        raise trace_error(path, line, f"{column} must be {tokens.describe()}, got {value}")
     return value
 
 
 def trace_error(path: str, line: int, problem: str) -> WorkloadError:
     return WorkloadError(f"{path}:{line}: {problem}")
+
+
+def capped_lines(path: str, file) -> Iterator[str]:
+    """The file's lines, refusing one longer than MAX_LINE_CHARS without reading the rest of it."""
+    for line_number in itertools.count(1):
+        text = file.readline(MAX_LINE_CHARS + 1)
+        if not text:
+            return
+        if len(text) > MAX_LINE_CHARS:
+            raise trace_error(path, line_number, f"longer than {MAX_LINE_CHARS:,} characters; a "
+                                                 "trace line holds one request")
+        yield text
 
 
 @contextmanager
@@ -280,7 +301,7 @@ def open_trace(path: str, newline: Optional[str] = None):
 def detect_format(path: str) -> str:
     """Tell the format from the first line: a JSON object is Mooncake, else the CSV header."""
     with open_trace(path, newline="") as file:
-        first_line = file.readline()
+        first_line = next(capped_lines(path, file), "")
     if not first_line.strip():
         raise trace_error(path, 1, "empty first line; a trace starts with its CSV header or, "
                                    "for Mooncake, its first JSON object")

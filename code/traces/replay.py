@@ -11,17 +11,26 @@ so `--trace-time-scale 2` stretches the trace to twice its length (half the requ
 are fine. `--num-prompts N` replays the first N requests; BurstGPT's failed requests are skipped
 (and counted), never served.
 
-Every mode reads the file again, line by line: nothing is loaded whole.
+Request ids: a trace gives every request its own id, or none (servesim then numbers them 0, 1,
+2, ... in arrival order, so its own ids can never meet a given one). A repeated id, or an id
+missing on some rows only, is refused with both line numbers: two requests under one id would
+share one block table.
+
+Every mode reads the file again, line by line: nothing is loaded whole (the first reading, which
+checks the file, keeps the ids it has seen).
 """
 
 import math
 from typing import Iterator, Optional
 
+from config import Range
 from request import Request
 from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS, TraceRow, detect_format,
                             trace_error, trace_rows)
-from workload import (Workload, WorkloadError, check_sending, closed_loop_note,
-                      require_positive_int)
+from workload import LENGTH, Workload, WorkloadError, check_sending, closed_loop_note
+
+
+TIME_SCALE = Range(0, math.inf, why="1 keeps the trace's own gaps")
 
 
 class TraceReplay:
@@ -32,8 +41,10 @@ class TraceReplay:
     """
 
     def __init__(self, path: str, trace_format: str, num_prompts: Optional[int],
-                 time_scale: float, hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE):
+                 time_scale: float, hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
+                 check_ids: bool = False):
         self.path = path
+        self.ids = RequestIds(path) if check_ids else None
         self.trace_format = trace_format
         self.hash_block_size = hash_block_size
         self.num_prompts = num_prompts  # None: every row
@@ -57,6 +68,8 @@ class TraceReplay:
             if first_s is None:
                 first_s = row.timestamp_s
             arrival_s = (row.timestamp_s - first_s) * self.time_scale
+            if self.ids is not None:
+                self.ids.check(row)
             request_id = row.request_id or str(self.num_requests)
             self.num_requests += 1
             self.last_arrival_s = arrival_s
@@ -64,6 +77,34 @@ class TraceReplay:
                           content=row.content)
             if self.num_requests == self.num_prompts:
                 return
+
+
+class RequestIds:
+    """Every id seen so far, with its line: each request its own id, or none has one."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.line_of: dict[str, int] = {}    # id -> the line that gave it
+        self.first_without: Optional[int] = None  # the first line with no id
+
+    def check(self, row: TraceRow) -> None:
+        if row.request_id is None:
+            if self.first_without is None:
+                self.first_without = row.line
+            if self.line_of:
+                self._mixed(row.line, "no request id", next(iter(self.line_of.values())), "one")
+            return
+        if self.first_without is not None:
+            self._mixed(row.line, f"request id {row.request_id!r}", self.first_without, "none")
+        earlier = self.line_of.setdefault(row.request_id, row.line)
+        if earlier != row.line:
+            raise trace_error(self.path, row.line, f"request id {row.request_id!r} is already "
+                              f"line {earlier}'s; every request needs an id of its own")
+
+    def _mixed(self, line: int, this_row: str, other_line: int, other_row: str) -> None:
+        raise trace_error(self.path, line, f"{this_row}, but line {other_line}'s request has "
+                          f"{other_row}; give every request an id, or none (servesim then "
+                          "numbers them 0, 1, 2, ...)")
 
 
 def trace_workload(path: str, trace_format: Optional[str] = None,
@@ -76,16 +117,15 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
     bad line fails before any mode runs and the report can say how long the trace is.
     """
     check_sending(num_prompts, max_concurrency)
-    require_positive_int("--hash-block-size", hash_block_size)
-    if not (math.isfinite(time_scale) and time_scale >= 0):
-        raise WorkloadError(f"--trace-time-scale must be a number >= 0 (1 keeps the trace's "
-                            f"own gaps), got {time_scale}")
+    LENGTH.check("--hash-block-size", hash_block_size, WorkloadError)
+    TIME_SCALE.check("--trace-time-scale", time_scale, WorkloadError)
     if trace_format is None:
         trace_format = detect_format(path)
     elif trace_format not in TRACE_FORMATS:
         raise WorkloadError(f"--trace-format must be one of {', '.join(TRACE_FORMATS)}, "
                             f"got {trace_format!r}")
-    scan = TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size)
+    scan = TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size,
+                       check_ids=True)
     for _ in scan:
         pass  # reading is checking; the counts stay on `scan`
     if scan.num_requests == 0:
@@ -104,7 +144,7 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
     if trace_format == "mooncake":
         params["hash_block_size"] = hash_block_size
     return Workload("trace", describe_replay(scan) + closed_loop_note(max_concurrency), params,
-                    make_requests, max_concurrency)
+                    make_requests, max_concurrency, known_span_s=scan.last_arrival_s)
 
 
 def describe_replay(scan: TraceReplay) -> str:
