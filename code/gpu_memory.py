@@ -23,8 +23,6 @@ activations are left out of the reserve.
 """
 
 from dataclasses import dataclass
-from typing import Optional
-
 from config import ConfigError, EngineConfig
 from presets import GPUS, MODELS, GpuSpec, ModelSpec
 
@@ -83,6 +81,22 @@ def activation_reserve_bytes(model: ModelSpec, gpu: GpuSpec, config: EngineConfi
 
 def plan_memory(config: EngineConfig) -> MemoryPlan:
     """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit."""
+    plan = memory_layout(config)
+    weights, reserve, usable = plan.weight_bytes, plan.activation_reserve_bytes, plan.usable_bytes
+    if not plan.overridden and weights + reserve >= usable:
+        model, gpu = lookup(config)
+        raise ConfigError(_does_not_fit(config, model, gpu, weights, reserve, usable))
+    if plan.kv_cache_tokens < config.max_model_len:
+        raise ConfigError(
+            f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks} blocks of "
+            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence; "
+            f"lower --max-model-len to {plan.kv_cache_tokens} or give the cache more memory")
+    return plan
+
+
+def memory_layout(config: EngineConfig) -> MemoryPlan:
+    """The memory as vLLM would lay it out, refusing nothing (`plan_memory` refuses): weights
+    that do not fit leave no KV blocks. `diagnose` reads it to say why a config cannot start."""
     model, gpu = lookup(config)
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
@@ -95,21 +109,12 @@ def plan_memory(config: EngineConfig) -> MemoryPlan:
         draft_tp = speculative.draft_tp(tp)
         weights += drafter.weight_bytes // draft_tp
         kv_per_token += drafter.kv_bytes_per_token(config.kv_cache_dtype) // draft_tp
-    block_bytes = kv_per_token * config.block_size
     if config.num_gpu_blocks_override is not None:
-        num_blocks: Optional[int] = config.num_gpu_blocks_override
+        num_blocks = config.num_gpu_blocks_override
     else:
-        if weights + reserve >= usable:
-            raise ConfigError(_does_not_fit(config, model, gpu, weights, reserve, usable))
-        num_blocks = (usable - weights - reserve) // block_bytes
-    plan = MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
+        num_blocks = max(0, (usable - weights - reserve) // (kv_per_token * config.block_size))
+    return MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
                       overridden=config.num_gpu_blocks_override is not None)
-    if plan.kv_cache_tokens < config.max_model_len:
-        raise ConfigError(
-            f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({num_blocks} blocks of "
-            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence; "
-            f"lower --max-model-len to {plan.kv_cache_tokens} or give the cache more memory")
-    return plan
 
 
 def _does_not_fit(config: EngineConfig, model: ModelSpec, gpu: GpuSpec, weights: int,
