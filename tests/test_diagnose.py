@@ -12,6 +12,7 @@ import pytest
 
 import main
 from commands import cli
+from commands.bottleneck import BOTTLENECKS
 from commands.tuning import MAX_RESIMULATIONS
 
 MIXED = ["--num-prompts", "40"]  # the lesson's mixed traffic at 4 req/s, on 70B FP8 and one H200
@@ -76,6 +77,10 @@ def with_flags(argv: list[str], flags: dict) -> list[str]:
         elif value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+def test_every_bottleneck_has_a_plain_case():
+    assert {case.split("-")[0] for case in PLAIN} == set(BOTTLENECKS)
 
 
 @pytest.mark.parametrize("case", sorted(PLAIN))
@@ -144,6 +149,7 @@ def test_the_json_has_the_contract_fields():
     found = diagnosis(*PLAIN["batching_stall"])
     assert {"bottleneck", "evidence", "recommendations", "compatibility",
             "measure_next"} <= set(found)
+    assert set(found["evidence_units"]) == set(found["evidence"])
     assert {"flag", "value", "metric", "before", "after"} <= set(found["recommendations"][0])
     assert "observed" not in found and "observed_matches" not in found
 
@@ -281,3 +287,17 @@ def test_a_budget_below_max_num_seqs_is_flagged_as_vllm_refuses_it():
     checks = compatibility("--max-num-batched-tokens", "128", *MIXED)
     assert [c["status"] for c in checks] == ["refused"]
     assert "128" in checks[0]["text"] and "256" in checks[0]["text"]
+
+
+def test_a_concurrency_limit_where_observed_says_there_was_none_is_refused(tmp_path):
+    path = saved_result(tmp_path / "open.json", MIXED, max_concurrency=None)
+    code, _, err = run_here("diagnose", *MIXED, "--max-concurrency", "8", "--observed", path)
+    assert code == 2 and "max_concurrency null (no limit)" in err
+
+
+def test_the_skill_file_names_speculative_config_and_the_v0_flag_only_as_removed():
+    from readme_blocks import SKILL
+    text = SKILL.read_text(encoding="utf-8")
+    assert "--speculative-config" in text
+    paragraphs = [p for p in text.split("\n\n") if "--speculative-model" in p]
+    assert paragraphs and all("removed" in p for p in paragraphs)

@@ -91,8 +91,9 @@ class Finding:
     reason: str
 
     def as_json(self) -> dict:
+        units = REFUSED_UNITS if self.kind == "refused" else EVIDENCE_UNITS
         return {"bottleneck": self.bottleneck, "kind": self.kind, "reason": self.reason,
-                "evidence": self.evidence, "metric": self.metric}
+                "evidence": self.evidence, "evidence_units": units, "metric": self.metric}
 
 
 # The counters a finding shows, in this order, with their units.
@@ -110,6 +111,10 @@ EVIDENCE_UNITS = {
     "median_itl_ms": "ms", "p99_itl_ms": "ms", "tpot_slo_ms": "ms", "decode_floor_ms": "ms",
     "mean_ttft_ms": "ms", "mean_queue_ms": "ms",
 }
+# ... and those of a config vLLM would refuse, from its memory plan.
+REFUSED_UNITS = {"usable_gib": "GiB per GPU", "weights_gib": "GiB per GPU",
+                 "activation_reserve_gib": "GiB per GPU", "kv_cache_tokens": "tokens",
+                 "max_model_len": "tokens"}
 
 
 def evidence_of(summary: dict, recorder, config: EngineConfig, phys: Physics,
@@ -254,10 +259,6 @@ def refused_finding(config: EngineConfig, refusal: str) -> Finding:
     return Finding("hbm_bound", "refused", E2EL, evidence,
                    f"vLLM would refuse to start: {refusal}")
 
-
-REFUSED_UNITS = {"usable_gib": "GiB per GPU", "weights_gib": "GiB per GPU",
-                 "activation_reserve_gib": "GiB per GPU", "kv_cache_tokens": "tokens",
-                 "max_model_len": "tokens"}
 
 
 # What to measure next on the real deployment, by bottleneck: the one figure that would confirm

@@ -13,9 +13,9 @@ scheduler is no longer the limit there, and more GPUs are for those who find tha
                                --kv-cache-dtype fp8; then --tensor-parallel-size x2
     batching_stall             --max-num-seqs up to what the KV holds (or the budget decodes
                                spend, up to a chunk sized to the per-token SLO)
-    chunk_missized             the budget whose full chunk step meets the per-token SLO (too
-                               small: at least the GEMM ridge; too big, unchunked: chunked
-                               prefill on, with such a budget)
+    chunk_missized             the budget whose full chunk step meets the per-token SLO, never
+                               below the GEMM ridge (chunking off: chunked prefill on, with
+                               such a budget)
     decode_floor               EAGLE-3 (k = 3) where a head for the model is published; then
                                --tensor-parallel-size x2
     none, compute full         --tensor-parallel-size x2
@@ -25,6 +25,7 @@ import argparse
 import copy
 import json
 import math
+import shlex
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
@@ -60,7 +61,7 @@ class Change:
             return f"leave out {self.flag}"
         if self.value is True:
             return self.flag
-        return f"{self.flag} {self.value}"
+        return f"{self.flag} {shlex.quote(str(self.value))}"  # as a shell would take it
 
 
 @dataclass
@@ -207,15 +208,13 @@ def more_seats(run) -> Change:
 
 
 def chunk_candidates(run) -> list[list[Change]]:
-    config, budget = run.config, run.config.token_budget(run.chunked)
+    budget = run.config.token_budget(run.chunked)
     sized = slo_budget(run)
     if run.finding.kind == "too_small":
         return [[budget_change(sized)]] if sized > budget else []
-    if not run.chunked:
-        changes = [Change("--enable-chunked-prefill", True, "enable_chunked_prefill", True)]
-        if config.max_num_batched_tokens is not None and config.max_num_batched_tokens > sized:
-            changes.append(budget_change(sized))  # the user's own budget would stay too big
-        return [changes]
+    if not run.chunked:  # with the budget said, as vLLM's default would be another
+        return [[Change("--enable-chunked-prefill", True, "enable_chunked_prefill", True),
+                 budget_change(sized)]]
     return [[budget_change(sized)]] if sized < budget else []
 
 

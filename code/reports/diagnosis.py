@@ -80,7 +80,7 @@ def _config_lines(rows: list[dict], version: str) -> list[str]:
         value = row["value"] + (" *" if row["differs"] else "")
         cells = "  ".join(text.ljust(width) for text, width in
                           zip((row["flag"], value, row["vllm_default"]), widths))
-        controls = textwrap.wrap(row["controls"], width=WIDTH - left)
+        controls = textwrap.wrap(row["controls"], width=WIDTH - left, break_on_hyphens=False)
         lines.append(f"{cells}  {controls[0]}")
         lines += [" " * left + more for more in controls[1:]]
     for row in rows:
@@ -93,11 +93,21 @@ def _config_lines(rows: list[dict], version: str) -> list[str]:
 def _finding_lines(title: str, finding) -> list[str]:
     lines = [f"{title}: {finding.bottleneck} ({WHAT_LIMITS[finding.bottleneck]})",
              _wrap(finding.reason, first="  ", indent="  ")]
-    counters = "  ".join(f"{name} {_number(value)}" for name, value in finding.evidence.items())
     source = "the memory plan's" if finding.kind == "refused" else "the simulated run's"
     lines.append(f"  counters read ({source}, by their JSON names):")
-    lines.append(_wrap(counters, first="    ", indent="    "))
-    return lines
+    return lines + _packed([f"{name} {_number(value)}" for name, value in finding.evidence.items()],
+                           indent="    ")
+
+
+def _packed(items: list[str], indent: str) -> list[str]:
+    """Items two spaces apart, as many to a line as fit, none split across lines."""
+    lines, line = [], indent
+    for item in items:
+        if line != indent and len(line) + 2 + len(item) > WIDTH:
+            lines.append(line)
+            line = indent
+        line += item if line == indent else "  " + item
+    return lines + [line]
 
 
 def _recommendation_lines(kept: list, rejected: list, improvement_pct: float) -> list[str]:
@@ -119,8 +129,8 @@ def _trial_text(trial) -> str:
     metric = SUMMARY_NAMES[trial.metric]
     before = "refused at start-up" if trial.before is None else _number(trial.before)
     if trial.after is None:
-        return f"{flags} [{trial.addresses}]: {metric} {before} -> refused: {trial.refusal}"
-    text = f"{flags} [{trial.addresses}]: {metric} {before} -> {_number(trial.after)}"
+        return f"{flags} (for {trial.addresses}): {metric} {before} -> refused: {trial.refusal}"
+    text = f"{flags} (for {trial.addresses}): {metric} {before} -> {_number(trial.after)}"
     also = [f"{SUMMARY_NAMES[name]} {_number(b)} -> {_number(a)}"
             for name, (b, a) in trial.also.items()]
     return text + (f" (also {', '.join(also)})" if also else "")
@@ -172,4 +182,5 @@ def _number(value) -> str:
 
 
 def _wrap(text: str, first: str = "", indent: str = "  ") -> str:
-    return textwrap.fill(text, width=WIDTH, initial_indent=first, subsequent_indent=indent)
+    return textwrap.fill(text, width=WIDTH, initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False)  # a flag's name stays whole
