@@ -41,7 +41,8 @@ from forward_model import RooflineClock
 from gpu_memory import memory_layout
 from metrics import WAITING_CAUSES, peak_concurrent_requests
 
-# The thresholds, stated once (README, the skill file and `diagnose --help` print them from here).
+# The thresholds, stated once: `diagnose --help` prints them from here (and the skill file pastes
+# that).
 WAITING_SHARE_PCT = 25.0  # a cause of waiting counts once requests waited on it this share of
 #                           the busy time (a quarter: a bottleneck, not a passing burst)
 RECOMPUTED_PCT = 5.0      # preemptions thrash once this share of computed tokens is recomputed

@@ -62,6 +62,7 @@ class Evaluator:
         """The config the flags describe: a flag no engine could run with is an error; a config
         vLLM would refuse to start for lack of memory is a finding."""
         config, chunked, modes = self._config(args)
+        flags.parse_goodput(args.goodput or list(flags.CHAT_GOODPUT))  # a bad SLO is an error too
         return self._serve(args, config, chunked, modes)
 
     def __call__(self, args: argparse.Namespace) -> Evaluation:
@@ -147,17 +148,18 @@ simulation serves more. The skill behind it: outputs/skill-vllm-scheduler-reader
 
 
 def run_diagnose(args: argparse.Namespace, context) -> str:
+    diagnosis = diagnose(args, context)
+    if args.format == "json":
+        return diagnosis_json(diagnosis)
+    return "\n".join(diagnosis_page(diagnosis))
+
+
+def diagnose(args: argparse.Namespace, context) -> Diagnosis:
+    """Read, serve, classify, tune, check and compare: every input checked first."""
     observed = read_observed(args.observed) if args.observed else None
-    if args.gpu_memory_utilization < MIN_UTILIZATION:
-        raise ConfigError(
-            f"--gpu-memory-utilization {args.gpu_memory_utilization:g} is below "
-            f"{MIN_UTILIZATION:g}: raise the ceiling before tuning the scheduler (vLLM 0.30.0's "
-            "default is 0.92, v0.18.0's 0.9); diagnose refuses to read a pool that small")
-    if args.forward_model != "roofline":
-        raise ConfigError("diagnose reads the roofline clock (its decode floor and GEMM ridge); "
-                          "leave out --forward-model linear")
     sent = send_as_observed(observed, args, workload_kind(args) == "trace") if observed else []
     config, _ = flags.config_from_args(args, context.knobs)
+    refuse_to_tune(config)
     workload = workload_from_args(args, config)
     evaluator = Evaluator(context, workload)
     baseline = evaluator.baseline(args)
@@ -169,16 +171,25 @@ def run_diagnose(args: argparse.Namespace, context) -> str:
                              baseline.finding.evidence.get("decode_floor_ms", 0.0))
     kept, rejected, final = recommend(baseline, evaluator)
     model, gpu = lookup(baseline.config)
-    diagnosis = Diagnosis(
+    refused = [memory_refusal(baseline.refusal)] if baseline.refusal else []
+    return Diagnosis(
         header=header_lines(baseline.config, memory_layout(baseline.config), model.name,
                             gpu.name, workload),
         sent=sent, baseline=baseline, kept=kept, rejected=rejected, final=final,
         config_read=config_read(baseline.config, baseline.chunked, gpu),
-        compatibility=([memory_refusal(baseline.refusal)] if baseline.refusal else [])
-        + compatibility(baseline.config, baseline.chunked),
+        compatibility=refused + compatibility(baseline.config, baseline.chunked),
         measure_next=MEASURE_NEXT[baseline.finding.bottleneck],
         improvement_pct=IMPROVEMENT_PCT, vllm_version=FOLLOWED,
         observed=observed, comparison=comparison)
-    if args.format == "json":
-        return diagnosis_json(diagnosis)
-    return "\n".join(diagnosis_page(diagnosis))
+
+
+def refuse_to_tune(config: EngineConfig) -> None:
+    """The upstream skill's first refusal, and a clock the diagnosis cannot read."""
+    if config.gpu_memory_utilization < MIN_UTILIZATION:
+        raise ConfigError(
+            f"--gpu-memory-utilization {config.gpu_memory_utilization:g} is below "
+            f"{MIN_UTILIZATION:g}: raise the ceiling before tuning the scheduler (vLLM 0.30.0's "
+            "default is 0.92, v0.18.0's 0.9); diagnose refuses to read a pool that small")
+    if config.forward_model != "roofline":
+        raise ConfigError("diagnose reads the roofline clock (its decode floor and GEMM ridge); "
+                          "leave out --forward-model linear")

@@ -5,14 +5,16 @@ GPUs last; each is served again on top of the changes kept before it, and kept o
 bottleneck's own metric improves by IMPROVEMENT_PCT or more. After a kept change the run is
 read again, and the next change addresses what limits it now: fixing one bottleneck often
 shows the next (a bigger batch may starve the KV cache). It stops when no candidate is left,
-after MAX_RESIMULATIONS runs, or once the run has moved on to `decode_floor` or `none`: the
-scheduler is no longer the limit there, and more GPUs are for those who find that worth it.
+after MAX_RESIMULATIONS runs, or once a change has moved the run on to `decode_floor` or
+`none`: the scheduler is no longer the limit, so the diagnosis is done (a run that starts
+there gets that bottleneck's own candidates).
 
     bottleneck                 candidates, in order
     hbm_bound, kv_starvation   drop --num-gpu-blocks-override; --gpu-memory-utilization 0.95;
-                               --kv-cache-dtype fp8; then --tensor-parallel-size x2
-    batching_stall             --max-num-seqs up to what the KV holds (or the budget decodes
-                               spend, up to a chunk sized to the per-token SLO)
+                               --kv-cache-dtype fp8; then --tensor-parallel-size x2 (or the
+                               fewest GPUs with which vLLM would start)
+    batching_stall             --max-num-seqs up to what the KV holds; or, when decodes alone
+                               spend the budget, a larger budget
     chunk_missized             the budget whose full chunk step meets the per-token SLO, never
                                below the GEMM ridge (chunking off: chunked prefill on, with
                                such a budget)
@@ -143,7 +145,8 @@ def candidates(run) -> list[list[Change]]:
         return memory_candidates(config) + [[more_gpus(config)]]
     if finding.bottleneck == "batching_stall":
         if finding.kind == "max_num_seqs":
-            return [[more_seats(run)]]
+            seats = more_seats(run)
+            return [[seats]] if seats.value > config.max_num_seqs else []  # the budget caps it
         return [[budget_change(max(2 * config.token_budget(run.chunked), slo_budget(run)))]]
     if finding.bottleneck == "chunk_missized":
         return chunk_candidates(run)

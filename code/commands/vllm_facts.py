@@ -183,8 +183,8 @@ def _speculation_checks(config: EngineConfig, chunked: bool) -> list[Compatibili
     method, k = speculative.method, speculative.num_speculative_tokens
     checks = []
     if chunked:
-        history = "; ".join(f"{versions}: {'refused' if refused else 'accepted'} ({does})"
-                            for versions, refused, does in CHUNKED_PREFILL_WITH_A_DRAFT_MODEL)
+        history = "; ".join(f"{versions}: {does}"
+                            for versions, _, does in CHUNKED_PREFILL_WITH_A_DRAFT_MODEL)
         checks.append(Compatibility(
             f"--enable-chunked-prefill with --speculative-config method {method}", "accepted",
             f"V1 from 0.15.0: {LESSON} and {FOLLOWED}",
