@@ -196,6 +196,13 @@ def _where_it_points(figures: list[dict], decode_floor_ms: float) -> list[str]:
     if off(THROUGHPUT, False) and not slow:
         notes.append("less is served per second than simulated: the benchmark sent less "
                      "(another rate, concurrency or number of prompts) or the client limited it")
+    if off(THROUGHPUT, True) and not fast:
+        notes.append("more is served per second than simulated: the benchmark sent more (a "
+                     "higher rate, more clients, shorter requests) than the workload flags say")
+    disagreeing = [f["metric"] for f in figures if not f["agrees"]]
+    if disagreeing and not notes:
+        notes.append(f"{', '.join(disagreeing)} disagree with the simulation beyond the band: "
+                     "check that the workload flags describe the traffic the benchmark sent")
     if not notes and figures:
         notes.append(f"every figure agrees within the band (|ln ratio| <= {AGREEMENT_BAND:g}, "
                      "about 1.5x either way): the simulation describes this deployment")

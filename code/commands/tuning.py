@@ -141,8 +141,9 @@ def judge(changes: list[Change], finding: Finding, before, after) -> Trial:
 def candidates(run) -> list[list[Change]]:
     """The changes to try for the run's bottleneck, in order (each a list of flags set together)."""
     finding, config = run.finding, run.config
+    hardware = [[more_gpus(config)]] if config.tensor_parallel_size < MAX_TENSOR_PARALLEL else []
     if finding.bottleneck in ("hbm_bound", "kv_starvation"):
-        return memory_candidates(config) + [[more_gpus(config)]]
+        return memory_candidates(config) + hardware
     if finding.bottleneck == "batching_stall":
         if finding.kind == "max_num_seqs":
             seats = more_seats(run)
@@ -153,8 +154,8 @@ def candidates(run) -> list[list[Change]]:
     if finding.bottleneck == "decode_floor":
         drafts = [[eagle3(config)]] if config.model in EAGLE3_HEADS and not (
             config.speculative_config) else []
-        return drafts + [[more_gpus(config)]]
-    return [[more_gpus(config)]]  # none: the compute is full
+        return drafts + hardware
+    return hardware  # none: the compute is full
 
 
 def memory_candidates(config: EngineConfig) -> list[list[Change]]:
