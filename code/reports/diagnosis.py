@@ -3,8 +3,8 @@ recommendations served again, vLLM's start-up checks, what to measure next, and 
 the deployment against the simulation.
 
 Every figure is from the runs themselves; counters are printed under their JSON names, whose
-units README's "Diagnosing a serving config" lists (`_pct`: % of the busy time unless the name
-says of what; `_ms`; `_tokens`; the rest are counts of requests or events).
+units the JSON's `evidence_units` and the skill file give (`_pct`: % of the busy time unless the
+name says of what; `_ms`; `_tokens`; the rest are counts of requests or events).
 """
 
 import json
@@ -31,6 +31,8 @@ class Diagnosis:
     vllm_version: str          # the one servesim follows
     observed: Optional[dict] = None
     comparison: Optional[dict] = None  # observed.compare
+
+
 SUMMARY_NAMES = {"mean_e2el_ms": "mean E2EL ms", "mean_ttft_ms": "mean TTFT ms",
                  "p99_itl_ms": "P99 ITL ms", "mean_tpot_ms": "mean TPOT ms",
                  "output_throughput": "out tok/s", "request_goodput": "goodput req/s"}
@@ -47,13 +49,13 @@ def diagnosis_page(d: Diagnosis) -> list[str]:
     if d.sent:
         lines.append(f"sent as --observed says: {', '.join(d.sent)}")
     lines += ["", *_config_lines(d.config_read, d.vllm_version), ""]
-    lines += _finding_lines("Bottleneck", baseline.finding)
+    lines += _finding_lines(baseline.finding)
     lines += ["", *_recommendation_lines(d.kept, d.rejected, d.improvement_pct)]
     if d.kept and final.finding.bottleneck != baseline.finding.bottleneck:
         lines.append(_wrap(f"After them: {final.finding.bottleneck} "
                            f"({WHAT_LIMITS[final.finding.bottleneck]}): {final.finding.reason}",
                            indent="  "))
-    lines += ["", f"Compatibility (what vLLM does at start-up with these flags)"]
+    lines += ["", "Compatibility (what vLLM does at start-up with these flags)"]
     for check in d.compatibility:
         lines.append(_wrap(f"- {check.status}, {check.versions}: {check.flags}. {check.text}",
                            indent="  "))
@@ -90,8 +92,8 @@ def _config_lines(rows: list[dict], version: str) -> list[str]:
     return lines
 
 
-def _finding_lines(title: str, finding) -> list[str]:
-    lines = [f"{title}: {finding.bottleneck} ({WHAT_LIMITS[finding.bottleneck]})",
+def _finding_lines(finding) -> list[str]:
+    lines = [f"Bottleneck: {finding.bottleneck} ({WHAT_LIMITS[finding.bottleneck]})",
              _wrap(finding.reason, first="  ", indent="  ")]
     source = "the memory plan's" if finding.kind == "refused" else "the simulated run's"
     lines.append(f"  counters read ({source}, by their JSON names):")
