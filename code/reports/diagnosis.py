@@ -50,7 +50,8 @@ def diagnosis_page(d: Diagnosis) -> list[str]:
         lines.append(f"sent as --observed says: {', '.join(d.sent)}")
     lines += ["", *_config_lines(d.config_read, d.vllm_version), ""]
     lines += _finding_lines(baseline.finding)
-    lines += ["", *_recommendation_lines(d.kept, d.rejected, d.improvement_pct)]
+    lines += ["", *_recommendation_lines(d.kept, d.rejected, d.improvement_pct,
+                                         nothing_to_tune=baseline.finding.metric is None)]
     if d.kept and final.finding.bottleneck != baseline.finding.bottleneck:
         lines.append(_wrap(f"After them: {final.finding.bottleneck} "
                            f"({WHAT_LIMITS[final.finding.bottleneck]}): {final.finding.reason}",
@@ -112,11 +113,16 @@ def _packed(items: list[str], indent: str) -> list[str]:
     return lines + [line]
 
 
-def _recommendation_lines(kept: list, rejected: list, improvement_pct: float) -> list[str]:
+def _recommendation_lines(kept: list, rejected: list, improvement_pct: float,
+                          nothing_to_tune: bool) -> list[str]:
     lines = [f"Recommendations (each served again on top of those before it; kept if its metric "
              f"falls {improvement_pct:g}% or more)"]
-    if not kept:
-        lines.append("  none: nothing the scheduler or more GPUs could change improves this run")
+    if nothing_to_tune:
+        lines.append("  none: nothing limits this run, so nothing was tried")
+    elif not kept and rejected:
+        lines.append("  none: no change tried improved the run enough (below)")
+    elif not kept:
+        lines.append("  none: servesim has no change left to try for this bottleneck")
     for number, trial in enumerate(kept, start=1):
         lines.append(_wrap(f"{number}. {_trial_text(trial)}", first="  ", indent="     "))
     if rejected:
