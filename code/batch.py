@@ -16,6 +16,7 @@ in static_batching.py); it is all the engine loop in main.py knows about a sched
 
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Iterator, Optional, Protocol
 
 from request import Request
@@ -45,6 +46,19 @@ class PrefixLookup:
     resumed: bool           # back from a preemption: vLLM counts these apart from new requests
 
 
+class AdmissionLimit(Enum):
+    """Why vLLM V1's scheduler stopped admitting WAITING requests in a step, while some waited.
+    vLLM keeps no such counter; `diagnose` reads it to tell the three defaults apart: the block
+    pool (PagedAttention), the batch's caps (continuous batching), the token budget (chunked
+    prefill)."""
+    KV_BLOCKS = "kv_blocks"        # the free blocks cannot hold the head's sequence (or its
+    #                                proposer's lookahead slots), or a preemption this step
+    #                                skipped admission: the pool ran out
+    MAX_NUM_SEQS = "max_num_seqs"  # max_num_seqs requests already run
+    TOKEN_BUDGET = "token_budget"  # the step's token budget is spent, or, with chunked prefill
+    #                                off, too small for the head's whole prompt
+
+
 @dataclass(slots=True)
 class SchedulerOutput:
     """One step's batch, and the sums the virtual clock prices it by.
@@ -66,6 +80,8 @@ class SchedulerOutput:
     num_idle_slots: int = 0        # STATIC only: seats of the batch left empty while requests
     #                                waited (none may join until the batch drains)
     prefix_lookups: list[PrefixLookup] = field(default_factory=list)  # admitted, caching on
+    admission_limit: Optional[AdmissionLimit] = None  # what kept WAITING's head out; None when
+    #                                nobody was left waiting (and in NAIVE and STATIC)
 
     @property
     def is_empty(self) -> bool:
@@ -162,6 +178,7 @@ class DecodeRun:
     last_token_s: float        # when the sampling requests got their latest token
     num_idle_slots: int = 0    # per step: STATIC's empty seats while requests wait (the run
     #                            stops at the next arrival, so the queue does not change in it)
+    admission_limit: Optional[AdmissionLimit] = None  # per step: what keeps WAITING's head out
 
 
 class BatchScheduler(Protocol):

@@ -109,6 +109,35 @@ class DoesNotFit(ConfigError):
 
 
 def _plan(config: EngineConfig) -> MemoryPlan:
+    plan = memory_layout(config)
+    if not plan.overridden:
+        weights, reserve = plan.weight_bytes, plan.activation_reserve_bytes
+        usable = plan.usable_bytes
+        if weights + reserve >= usable:
+            model, gpu = lookup(config)
+            raise DoesNotFit(
+                f"{config.model} needs {weights / GIB:.1f} GiB of weights + {reserve / GIB:.1f} "
+                f"GiB activation reserve per GPU, but {gpu.name} x "
+                f"{config.gpu_memory_utilization} gives {usable / GIB:.1f} GiB",
+                ("utilization", "tensor_parallel", "gpu", "fewer_seqs", "shorter_len",
+                 "smaller_budget"))
+        if plan.num_gpu_blocks > MAX_NUM_GPU_BLOCKS:
+            raise DoesNotFit(
+                f"the KV cache would have {plan.num_gpu_blocks:,} blocks of {config.block_size}, "
+                f"more than the {MAX_NUM_GPU_BLOCKS:,} servesim keeps in memory",
+                ("larger_block", "fewest_blocks"))
+    if plan.kv_cache_tokens < config.max_model_len:
+        raise DoesNotFit(
+            f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks} blocks of "
+            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence",
+            ("max_model_len", "kv_cache_dtype", "smaller_block", "more_blocks", "utilization",
+             "tensor_parallel", "gpu"))
+    return plan
+
+
+def memory_layout(config: EngineConfig) -> MemoryPlan:
+    """The memory as vLLM would lay it out, refusing nothing (`plan_memory` refuses): weights
+    that do not fit leave no KV blocks. `diagnose` reads it to say why a config cannot start."""
     model, gpu = lookup(config)
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
@@ -121,32 +150,12 @@ def _plan(config: EngineConfig) -> MemoryPlan:
         draft_tp = speculative.draft_tp(tp)
         weights += drafter.weight_bytes // draft_tp
         kv_per_token += drafter.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, draft_tp)
-    block_bytes = kv_per_token * config.block_size
     if config.num_gpu_blocks_override is not None:
-        num_blocks: int = config.num_gpu_blocks_override
+        num_blocks = config.num_gpu_blocks_override
     else:
-        if weights + reserve >= usable:
-            raise DoesNotFit(
-                f"{config.model} needs {weights / GIB:.1f} GiB of weights + {reserve / GIB:.1f} "
-                f"GiB activation reserve per GPU, but {gpu.name} x "
-                f"{config.gpu_memory_utilization} gives {usable / GIB:.1f} GiB",
-                ("utilization", "tensor_parallel", "gpu", "fewer_seqs", "shorter_len",
-                 "smaller_budget"))
-        num_blocks = (usable - weights - reserve) // block_bytes
-        if num_blocks > MAX_NUM_GPU_BLOCKS:
-            raise DoesNotFit(
-                f"the KV cache would have {num_blocks:,} blocks of {config.block_size}, more than "
-                f"the {MAX_NUM_GPU_BLOCKS:,} servesim keeps in memory",
-                ("larger_block", "fewest_blocks"))
-    plan = MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
+        num_blocks = max(0, (usable - weights - reserve) // (kv_per_token * config.block_size))
+    return MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
                       overridden=config.num_gpu_blocks_override is not None)
-    if plan.kv_cache_tokens < config.max_model_len:
-        raise DoesNotFit(
-            f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({num_blocks} blocks of "
-            f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence",
-            ("max_model_len", "kv_cache_dtype", "smaller_block", "more_blocks", "utilization",
-             "tensor_parallel", "gpu"))
-    return plan
 
 
 # -- advice: each candidate a change of one flag, kept only if the changed config plans ---------

@@ -2,7 +2,7 @@
 
     python3 code/main.py            # compare: the four modes side by side on a mixed workload
     python3 code/main.py --help     # the commands: compare, run, sweep, kv-waste, lesson-check,
-                                    # presets, calibration
+                                    # diagnose, presets, calibration
 
 One engine loop (`simulate`, below) serves a stream of requests in any of four modes. Read it
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch

@@ -40,6 +40,20 @@ Beside the latencies, counters that say where a mode's time and tokens went (exe
                         used, had the KV blocks, the token budget or a static batch let them in
     decodes beside      decode tokens computed in a step that also computed prompt tokens:
       prompts           each of them waited for that prompt's work (the ITL chunking shortens)
+
+And, for `diagnose`, what kept WAITING waiting (vLLM V1's scheduler notes it in each step,
+batch.AdmissionLimit), as shares of the busy time, and how long the queue was:
+
+    waiting on          steps after which requests waited because the free blocks could not
+      KV blocks         hold the head's sequence, or a preemption skipped admission
+    waiting on          ... because max_num_seqs requests already ran
+      max_num_seqs
+    waiting on the      ... because the token budget was spent, on prompt chunks (a prompt
+      budget            chunk or a recomputation in the step), or on decodes alone; without
+                        chunked prefill, also when the head's whole prompt did not fit it
+    queue depth         requests waiting after each step, time-averaged over the busy time,
+                        and the most at once (vLLM's gauge num_requests_waiting)
+    mean KV use         reserved KV slots, time-averaged, of the pool (peak KV use: the most)
 """
 
 import bisect
@@ -49,12 +63,14 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass
 
-from batch import DecodeRun, SchedulerOutput, StepResult
+from batch import AdmissionLimit, DecodeRun, SchedulerOutput, StepResult
 from goodput import add_request_goodput
 from request import Request, RequestStatus
 from spec_decode import SpecDecodingStats
 
 IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per request
+# What kept WAITING waiting, as summary() names it: waiting_on_{cause}_pct.
+WAITING_CAUSES = ("kv_blocks", "max_num_seqs", "prompt_budget", "decode_budget")
 
 
 class Distribution:
@@ -167,6 +183,12 @@ class RunRecorder:
         self.reserved_slot_seconds = 0.0  # KV slots reserved x how long
         self.wasted_slot_seconds = 0.0    # reserved but holding no real token
         self.peak_reserved_slots = 0
+        # -- what kept WAITING waiting, for diagnose: seconds of the steps after which requests
+        #    waited, by what kept the head out (the budget split by what spent it) --
+        self.waiting_s: Counter = Counter()  # "kv_blocks", "max_num_seqs", "prompt_budget",
+        #                                      "decode_budget" -> seconds
+        self.waiting_request_seconds = 0.0   # requests waiting x how long
+        self.peak_num_waiting = 0
         self.spec_decoding = SpecDecodingStats()  # drafts verified, with speculative decoding
 
     def on_arrival(self, request: Request) -> None:
@@ -208,6 +230,8 @@ class RunRecorder:
         elif num_waiting:
             self.decode_only_waiting_s += step_s
         self.num_preemptions += len(batch.preempted)
+        self._count_waiting(step_s, num_waiting, batch.admission_limit,
+                            has_prompts=batch.num_scheduled_tokens > batch.num_decode_tokens)
         is_scheduled = self.is_scheduled
         for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began long ago)
             index = scheduled.request.arrival_index
@@ -238,6 +262,18 @@ class RunRecorder:
         self.itl_counts[itl_s] += run.num_sampled
         if num_waiting:
             self.decode_only_waiting_s += step_s
+        self._count_waiting(step_s, num_waiting, run.admission_limit, has_prompts=False)
+
+    def _count_waiting(self, step_s: float, num_waiting: int, limit, has_prompts: bool) -> None:
+        """`num_waiting` requests were left waiting by a step of `step_s`; `limit` (an
+        AdmissionLimit, or None in NAIVE and STATIC) kept the head out."""
+        self.waiting_request_seconds += num_waiting * step_s
+        if num_waiting > self.peak_num_waiting:
+            self.peak_num_waiting = num_waiting
+        if limit is AdmissionLimit.TOKEN_BUDGET:
+            self.waiting_s["prompt_budget" if has_prompts else "decode_budget"] += step_s
+        elif limit is not None:
+            self.waiting_s[limit.value] += step_s
 
     def _count_step(self, step_s: float, num_seqs: int, num_tokens: int, num_padding_tokens: int,
                     num_decode_tokens: int, num_idle_slots: int, reserved_slots: int,
@@ -337,7 +373,14 @@ class RunRecorder:
             "decode_only_waiting_pct": _pct(self.decode_only_waiting_s, self.busy_s),
             "decodes_beside_prompts_pct": _pct(self.num_decode_tokens_beside_prompts,
                                                self.num_decode_tokens),
+            "mean_kv_usage_pct": _pct(self.reserved_slot_seconds,
+                                      self.busy_s * self.num_total_kv_slots),
+            "mean_num_waiting": (self.waiting_request_seconds / self.busy_s if self.busy_s
+                                 else 0.0),
+            "peak_num_waiting": self.peak_num_waiting,
         })
+        for cause in WAITING_CAUSES:
+            result[f"waiting_on_{cause}_pct"] = _pct(self.waiting_s[cause], self.busy_s)
         if self.prefix_caching:
             result.update({
                 "prefix_cache_queries": self.prefix_cache_queries,

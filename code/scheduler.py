@@ -15,6 +15,8 @@ Each step (`schedule`) decides, in this order:
    is left and fewer than `max_num_seqs` run. Admission needs free blocks for the request's whole
    current sequence, though it takes only what this step computes. With chunked prefill off a
    prompt that does not fit the budget waits, and so does everybody behind it (head-of-line).
+   The step notes what kept the head out (`admission_limit`: the blocks, max_num_seqs or the
+   budget), for `diagnose` to read.
 
 `update_from_output` then applies the step: computed tokens advance; a request that caught up
 samples one output token; one that reached its output length (or `max_model_len`) finishes and
@@ -47,7 +49,7 @@ block vLLM keeps in its pool.
 from collections import deque
 from typing import Iterator, Optional
 
-from batch import DecodeRun, PrefixLookup, SchedulerOutput, StepResult
+from batch import AdmissionLimit, DecodeRun, PrefixLookup, SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
 from request import Request, reject_if_it_can_never_run
 from running_decodes import RunningDecodes
@@ -109,6 +111,8 @@ class Scheduler:
         token_budget = self._schedule_running(output, token_budget, first)
         if not output.preempted:
             self._schedule_waiting(output, token_budget)
+        elif self.waiting:
+            output.admission_limit = AdmissionLimit.KV_BLOCKS  # the pool ran out this step
         return output
 
     def _schedule_running(self, output: SchedulerOutput, token_budget: int, first: int) -> int:
@@ -151,21 +155,29 @@ class Scheduler:
         self.waiting.appendleft(request)
 
     def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> None:
+        """WAITING in order while the head fits; `output.admission_limit` says what kept out the
+        first one that did not (FCFS: nobody overtakes it)."""
         draft_slots = self.speculation.num_draft_slots
-        while (self.waiting and token_budget > draft_slots
-               and len(self.running) < self.max_num_seqs):
+        while self.waiting:
+            limit = self._batch_limit(token_budget - draft_slots)
+            if limit is not None:
+                output.admission_limit = limit
+                return
             request = self.waiting[0]
             cached_blocks = self.kv_cache.find_cached_prefix(request)  # prefix caching
-            num_new_tokens = self._num_tokens_to_admit(request, token_budget - draft_slots,
-                                                       cached_blocks)
-            if num_new_tokens is None:
-                break  # it must wait, and FCFS: nobody overtakes it
+            limit = self._head_limit(request, token_budget - draft_slots, cached_blocks)
+            if limit is not None:
+                output.admission_limit = limit
+                return
             num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
+            num_new_tokens = min(self._cap_long_prefill(request.num_tokens - num_cached_tokens),
+                                 token_budget - draft_slots)
             lookahead = self._num_lookahead_tokens(num_cached_tokens + num_new_tokens)
             if lookahead and not self.kv_cache.can_fit(
                     request.request_id, num_cached_tokens + num_new_tokens + lookahead,
                     cached_blocks):
-                break  # its chunk fits, the proposer's lookahead slots beside it do not yet
+                output.admission_limit = AdmissionLimit.KV_BLOCKS  # its chunk fits, the
+                return                                             # lookahead slots do not yet
             self.kv_cache.admit_cached(request, cached_blocks)
             self.kv_cache.allocate_slots(request, num_cached_tokens, num_new_tokens, lookahead)
             self.waiting.popleft()
@@ -181,17 +193,26 @@ class Scheduler:
                     resumed=request.num_preemptions > 0))
             token_budget -= num_new_tokens + draft_slots
 
-    def _num_tokens_to_admit(self, request: Request, token_budget: int,
-                             cached_blocks: list[int]) -> Optional[int]:
-        """What the head of WAITING would compute if admitted now (all it is behind by, but the
-        tokens in `cached_blocks`, found in the prefix cache), or None if it must wait."""
+    def _batch_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
+        """Is the batch full, whoever waits: the token budget spent, or max_num_seqs running?"""
+        if token_budget <= 0:
+            return AdmissionLimit.TOKEN_BUDGET
+        if len(self.running) >= self.max_num_seqs:
+            return AdmissionLimit.MAX_NUM_SEQS
+        return None
+
+    def _head_limit(self, request: Request, token_budget: int,
+                    cached_blocks: list[int]) -> Optional[AdmissionLimit]:
+        """Must the head of WAITING wait, given the blocks it found in the prefix cache? Without
+        chunked prefill its whole prompt must fit what is left of the budget; and the pool must
+        hold its whole current sequence (though it takes only what this step computes)."""
         num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
         num_new_tokens = self._cap_long_prefill(request.num_tokens - num_cached_tokens)
         if not self.enable_chunked_prefill and num_new_tokens > token_budget:
-            return None  # a whole prompt must fit in one step; everybody behind it waits too
+            return AdmissionLimit.TOKEN_BUDGET  # everybody behind it waits too (head-of-line)
         if not self.kv_cache.can_fit(request.request_id, request.num_tokens, cached_blocks):
-            return None  # no room for its whole sequence yet
-        return min(num_new_tokens, token_budget)
+            return AdmissionLimit.KV_BLOCKS
+        return None
 
     def _num_new_tokens(self, request: Request, token_budget: int) -> int:
         num_new_tokens = min(self._cap_long_prefill(request.num_tokens_to_compute), token_budget)
@@ -286,23 +307,39 @@ class Scheduler:
         if not (self.bulk_decodes and num_decodes and len(self.running) == num_decodes):
             return None
         token_budget = self.max_num_batched_tokens - num_decodes
-        if token_budget < 0 or self._admissible_head(token_budget):
+        if token_budget < 0:
             return None
+        limit = None
+        if self.waiting:
+            limit = self._waiting_limit(token_budget)
+            if limit is None:
+                return None  # the head could be admitted
         if decodes.finishes_at(decodes.step + 1):
             return None
         if self.waiting and self.kv_cache.enable_prefix_caching and any(
                 request.has_known_outputs for request in self.running):
             return None
         return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
-                         decodes.num_context_tokens, 0, decodes.last_sample_s)
+                         decodes.num_context_tokens, 0, decodes.last_sample_s,
+                         admission_limit=limit)
 
-    def _admissible_head(self, token_budget: int) -> bool:
-        """Could the head of WAITING be admitted now?"""
-        if not (self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs):
-            return False
+    def _waiting_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
+        """What keeps the head of WAITING out now, through the coming decode-only steps too; None
+        if it could be admitted now, or if its reason might change while decodes run.
+
+        The budget and the batch stay as they are, and the free blocks only shrink, so the head
+        stays out, for the same reason, with one exception: without chunked prefill, a head that
+        waits for blocks while it finds some cached may lose those to the decodes' new blocks,
+        and then wait for the budget instead. Such a step takes the rules (speed only)."""
+        limit = self._batch_limit(token_budget)
+        if limit is not None:
+            return limit
         head = self.waiting[0]
         cached_blocks = self.kv_cache.find_cached_prefix(head)
-        return self._num_tokens_to_admit(head, token_budget, cached_blocks) is not None
+        limit = self._head_limit(head, token_budget, cached_blocks)
+        if limit is AdmissionLimit.KV_BLOCKS and cached_blocks and not self.enable_chunked_prefill:
+            return None
+        return limit
 
     def _decode_run_slots(self) -> Iterator[int]:
         """Slots each coming decode-only step reserves, until one would finish somebody or the

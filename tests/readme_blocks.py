@@ -1,6 +1,7 @@
-"""README's pasted outputs, regenerated from the commands they show, so the docs cannot rot.
+"""The docs' pasted outputs, regenerated from the commands they show, so the docs cannot rot.
 
-A block in README.md looks like
+The docs are README.md and the skill file outputs/skill-vllm-scheduler-reader.md (DOCUMENTS). A
+block in either looks like
 
     <!-- name:start -->
     ```
@@ -11,11 +12,15 @@ A block in README.md looks like
     <!-- name:end -->
 
 `python3 tests/readme_blocks.py` reruns every block's commands and rewrites the block (and the
-charts they write under outputs/); the tests check that README.md and outputs/ already hold
+charts they write under outputs/); the tests check that the docs and outputs/ already hold
 exactly that. Commands run from the project root in a shell, with `python3` (anywhere in a
 command line) meaning the interpreter running this file and `/tmp/` a private scratch folder.
+They run as a learner runs them, without the invariant checker: the docs' long replays would
+double the suite's time under it, and the checker has its own workloads, made to break the
+engine (tests/test_fuzz.py, tests/test_invariants.py), besides every other test's.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+SKILL = ROOT / "outputs" / "skill-vllm-scheduler-reader.md"  # the lesson's deliverable
+DOCUMENTS = (README, SKILL)
 BLOCK = re.compile(r"<!-- (?P<name>[\w-]+):start -->\n```\n(?P<body>.*?)```\n<!-- (?P=name):end -->",
                    re.DOTALL)
 
@@ -40,14 +47,15 @@ def written_files(commands: list[str]) -> list[str]:
 def run_commands(commands: list[str], outputs_dir: Path) -> str:
     """Run the commands in order, writing outputs/ files into `outputs_dir`; return what the
     last one printed."""
+    environment = {**os.environ, "SERVESIM_CHECK_INVARIANTS": ""}  # see the module docstring
     with tempfile.TemporaryDirectory() as scratch:
         output = ""
         for command in commands:
             shell_command = command.replace("/tmp/", scratch + "/")
             shell_command = shell_command.replace("outputs/", f"{outputs_dir}/")
             shell_command = re.sub(r"(^|(?<=[\s;(]))python3 ", f"{sys.executable} ", shell_command)
-            result = subprocess.run(shell_command, shell=True, cwd=ROOT, capture_output=True,
-                                    text=True, check=True)
+            result = subprocess.run(shell_command, shell=True, cwd=ROOT, env=environment,
+                                    capture_output=True, text=True, check=True)
             output = result.stdout
     return output
 
@@ -69,5 +77,7 @@ def regenerate(text: str) -> str:
 
 
 if __name__ == "__main__":
-    README.write_text(regenerate(README.read_text(encoding="utf-8")), encoding="utf-8")
-    print(f"rewrote {len(blocks(README.read_text(encoding='utf-8')))} blocks in README.md")
+    for document in DOCUMENTS:
+        document.write_text(regenerate(document.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"rewrote {len(blocks(document.read_text(encoding='utf-8')))} blocks in "
+              f"{document.relative_to(ROOT)}")

@@ -7,6 +7,8 @@ and every summary figure must come out the same, in every mode, on pools small e
 
 import random
 
+import pytest
+
 from config import EngineConfig
 from conftest import EveryRequest, make_workload
 from forward_model import make_clock
@@ -45,7 +47,10 @@ def served(config, num_blocks, rows, max_concurrency, mode, observers):
 # so that "the same on both paths" is not vacuously true of a zero.
 COUNTERS = ("num_preemptions", "num_recomputed_tokens", "decode_padding_pct",
             "prefill_padding_pct", "mean_idle_batch_slots", "decodes_beside_prompts_pct",
-            "mean_queue_ms", "decode_only_waiting_pct")
+            "mean_queue_ms", "decode_only_waiting_pct", "waiting_on_kv_blocks_pct",
+            "waiting_on_max_num_seqs_pct", "waiting_on_prompt_budget_pct", "mean_num_waiting")
+# (waiting_on_decode_budget_pct, a budget spent by decodes alone, needs more decodes than tokens
+# of budget: rare among these cases, so a test of its own below.)
 
 
 def test_bulk_and_one_by_one_serve_every_request_at_the_same_times():
@@ -65,6 +70,25 @@ def test_bulk_and_one_by_one_serve_every_request_at_the_same_times():
             num_cases_moving[name] += 1
     assert num_cases_moving["num_preemptions"] >= 10  # the pools were small enough to preempt
     assert min(num_cases_moving.values()) >= 5, num_cases_moving
+
+
+def test_a_budget_spent_by_decodes_alone_is_seen_the_same_on_both_paths():
+    """Eight tokens of budget, twelve one-token prompts of 40 outputs, on the linear clock (0.2
+    ms a step, 0.04 a prompt token, 0.5 a decode). Step 0 admits eight (0.52 ms; four wait
+    behind prompt tokens); steps 1-39 decode those eight and nothing else fits (4.2 ms each;
+    four wait behind decodes alone); step 40 admits the last four (0.36 ms), steps 41-79 decode
+    them (2.2 ms each)."""
+    config = EngineConfig(max_model_len=128, default_chunked_budget=8, forward_model="linear")
+    bulk = served(config, 64, [(0.0, 1, 40)] * 12, None, "chunked", [])
+    rules = served(config, 64, [(0.0, 1, 40)] * 12, None, "chunked", [EveryRequest()])
+    assert bulk == rules
+    busy_ms = 0.52 + 39 * 4.2 + 0.36 + 39 * 2.2
+    summary = bulk[1]
+    assert summary["waiting_on_decode_budget_pct"] == pytest.approx(100 * 39 * 4.2 / busy_ms)
+    assert summary["waiting_on_prompt_budget_pct"] == pytest.approx(100 * 0.52 / busy_ms)
+    assert summary["mean_num_waiting"] == pytest.approx(4 * (0.52 + 39 * 4.2) / busy_ms)
+    assert summary["peak_num_waiting"] == 4
+    assert summary["waiting_on_kv_blocks_pct"] == summary["waiting_on_max_num_seqs_pct"] == 0
 
 
 def test_a_chart_sees_the_same_steps_whether_decodes_run_in_bulk_or_one_by_one():

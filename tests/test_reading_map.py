@@ -31,8 +31,10 @@ def test_every_section_of_the_lesson_is_mapped_to_code_and_a_command_in_its_orde
         assert "`python3 code/main.py" in command, title
 
 
-def test_the_diagnosis_has_its_place_kept_until_it_is_built():
-    assert "issue 14" in reading_map_rows()["산출물 만들기"]
+def test_the_artifact_is_mapped_to_the_diagnosis_and_its_skill_file():
+    row = reading_map_rows()["산출물 만들기"]
+    assert "`code/commands/diagnose.py`" in row and "outputs/skill-vllm-scheduler-reader.md" in row
+    assert "`python3 code/main.py diagnose" in row
 
 
 @pytest.mark.skipif(not LESSON.exists(), reason="the lesson is not next to this checkout")

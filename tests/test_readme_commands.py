@@ -1,5 +1,5 @@
-"""Every command README.md shows runs as written: the `$ ` lines of its fenced blocks and every
-inline `python3 code/main.py ...` span, shell loops included.
+"""Every command README.md and the skill file show runs as written: the `$ ` lines of their fenced
+blocks and every inline `python3 code/main.py ...` span, shell loops included.
 
 The named blocks (`<!-- name:start -->`) are run, and their output compared, by test_readme.py;
 this test runs the rest, two at a time. Commands run from the project root in a shell, with
@@ -13,9 +13,10 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from readme_blocks import BLOCK, README, ROOT, commands_of
+from readme_blocks import BLOCK, DOCUMENTS, README, ROOT, commands_of
 
 TEXT = README.read_text(encoding="utf-8")
+DOCS_TEXT = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
 FENCE = re.compile(r"```\n(?P<body>.*?)```", re.DOTALL)
 INLINE = re.compile(r"`([^`\n]*python3 code/main\.py[^`\n]*)`")
 
@@ -45,7 +46,7 @@ def test_readme_shows_commands_inline_and_loops_among_them():
 
 
 def test_every_command_readme_shows_runs_as_written():
-    commands = list(dict.fromkeys(unnamed_fenced_commands(TEXT) + inline_commands(TEXT)))
+    commands = list(dict.fromkeys(unnamed_fenced_commands(DOCS_TEXT) + inline_commands(DOCS_TEXT)))
     shared = (ROOT.parent / "shared" / "traces").is_dir()
     commands = [c for c in commands if shared or "../shared/traces/" not in c]
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -5,6 +5,7 @@ newly admitted), the requests preempted, and the free KV blocks after the step.
 """
 
 from conftest import make_request, make_scheduler, run_steps
+from batch import AdmissionLimit
 from request import RequestStatus
 
 
@@ -117,3 +118,45 @@ def test_max_num_seqs_caps_the_running_list(bulk):
     scheduler = make_scheduler(bulk_decodes=bulk, max_num_seqs=2)
     rows = run_steps(scheduler, 2, {1: [make_request(i, 4) for i in "ABC"]})
     assert [s for s, _, _ in rows] == [{"A": 4, "B": 4}, {"A": 1, "B": 1}]
+
+
+def admission_limits(scheduler, num_steps, arrivals):
+    """What each step says kept the head of WAITING out (None: nobody was left waiting)."""
+    limits = []
+    for number in range(1, num_steps + 1):
+        for request in arrivals.get(number, []):
+            scheduler.add_request(request)
+        output = scheduler.schedule(0.0)
+        scheduler.update_from_output(output, 0.0)
+        limits.append(output.admission_limit)
+    return limits
+
+
+def test_each_step_says_what_kept_the_head_of_waiting_out(bulk):
+    """The scenarios above, step by step: what stopped admission, for `diagnose`."""
+    blocks, seqs, budget = (AdmissionLimit.KV_BLOCKS, AdmissionLimit.MAX_NUM_SEQS,
+                            AdmissionLimit.TOKEN_BUDGET)
+
+    def abc():
+        return {1: [make_request("A", 10), make_request("B", 8), make_request("C", 2)]}
+
+    # Without chunking B's whole 8 tokens do not fit the 6 left; with it, C finds the budget spent.
+    assert admission_limits(make_scheduler(bulk_decodes=bulk, budget=16, chunked=False), 2,
+                            abc()) == [budget, None]
+    assert admission_limits(make_scheduler(bulk_decodes=bulk, budget=16, chunked=True), 2,
+                            abc()) == [budget, None]
+    # A's first chunk spends the budget; then B's whole prompt needs 3 blocks while A holds
+    # them, until A finishes in step 4.
+    scheduler = make_scheduler(bulk_decodes=bulk, num_blocks=5, block_size=4, budget=8)
+    assert admission_limits(scheduler, 5, {1: [make_request("A", 12, max_tokens=3),
+                                               make_request("B", 12)]}) == [
+        budget, blocks, blocks, blocks, None]
+    # Step 4 preempts B: C, which would fit, is not admitted in that step.
+    scheduler = make_scheduler(bulk_decodes=bulk, num_blocks=4, block_size=4, budget=100)
+    assert admission_limits(scheduler, 5, {
+        1: [make_request("A", 6, max_tokens=4), make_request("B", 6, max_tokens=10)],
+        4: [make_request("C", 2, max_tokens=1)]}) == [None, None, None, blocks, None]
+    # Two run, the third waits for a seat.
+    scheduler = make_scheduler(bulk_decodes=bulk, max_num_seqs=2)
+    assert admission_limits(scheduler, 2, {1: [make_request(i, 4) for i in "ABC"]}) == [seqs,
+                                                                                       seqs]

@@ -26,7 +26,8 @@ QUEUEING_TRACE = ("arrival_s,prompt_len,output_len\n"
                   "0.02,600,8\n"
                   "3.00,100,6\n")
 # Every key of a run's summary but the KV ones (paged blocks vs contiguous reservations).
-KV_KEYS = {"kv_waste_pct", "peak_kv_usage_pct",  # and the prefix cache NAIVE does not keep
+KV_KEYS = {"kv_waste_pct", "peak_kv_usage_pct", "mean_kv_usage_pct",
+           # and the prefix cache NAIVE does not keep
            "prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate",
            "prefix_cache_resumed_queries", "prefix_cache_resumed_hits"}
 

@@ -31,7 +31,9 @@ move), or, made with `every_request=True`, turns the bulk path off and checks th
 
 Exhaustive checks (the free list, every held block's holders and cached content) cost a pass
 over the whole pool; they run every step for a pool of up to FULL_CHECK_BLOCKS blocks (every
-test's small pools) and every FULL_CHECK_EVERY steps beyond. A new kind of state brings its rule here, beside the ones it changes.
+test's small pools), every FULL_CHECK_EVERY steps beyond, and, for a pool so big that this
+would cost more than FULL_CHECK_BLOCKS_PER_STEP blocks' worth a step, less often still. A new
+kind of state brings its rule here, beside the ones it changes.
 """
 
 import math
@@ -46,6 +48,7 @@ from static_batching import StaticBatchScheduler
 ENVIRONMENT_VARIABLE = "SERVESIM_CHECK_INVARIANTS"  # "1": check; "every-request": plain rules too
 FULL_CHECK_BLOCKS = 4096
 FULL_CHECK_EVERY = 512
+FULL_CHECK_BLOCKS_PER_STEP = 256  # a bigger pool's full checks spaced to cost about this a step
 
 
 class InvariantViolation(AssertionError):
@@ -251,7 +254,8 @@ class InvariantChecker:
             size = kv_cache.pool.num_blocks
         else:
             size = len(self.scheduler.waiting)
-        return size <= FULL_CHECK_BLOCKS or step_index % FULL_CHECK_EVERY == 0
+        every = max(FULL_CHECK_EVERY, size // FULL_CHECK_BLOCKS_PER_STEP)
+        return size <= FULL_CHECK_BLOCKS or step_index % every == 0
 
 
 def fail(problem: str) -> None:

@@ -11,13 +11,15 @@ where it would hold, and gives a verdict with the one limit that decides it:
 
 Every figure printed comes from `presets.py`, `gpu_memory.py`, `forward_model.py` or a run of the
 engine; nothing here is typed in except the claims themselves, and, for the one claim about what
-a vLLM version accepts, what each version's own code does (a table with its source, below).
+a vLLM version accepts, what each version's own code does (a table with its source, in
+vllm_facts.py).
 """
 
 import textwrap
 from dataclasses import dataclass, field, replace
 
 from commands.flags import removed_speculative_flags
+from commands.vllm_facts import CHUNKED_PREFILL_WITH_A_DRAFT_MODEL
 from config import ConfigError, EngineConfig, Knobs
 from forward_model import RooflineClock, make_clock
 from gpu_memory import GIB, lookup, plan_memory
@@ -41,18 +43,6 @@ CONCURRENCY = 128                 # the lesson's "128 concurrent requests"
 INPUT_LEN, OUTPUT_LEN = 1000, 500  # 1,500 tokens per request: the lesson's average use
 # The lesson's gotcha, as v0.18.0 writes it: a Llama 3 draft model, 3 drafts a step.
 DRAFT_MODEL, NUM_DRAFTS = "llama-3.2-1b", 3
-# Chunked prefill beside a draft model, version by version: (versions, refused, what that
-# version's code does). ../shared/notes/vllm-v1-specdec-prefix.md, sections 0 and A4, read in
-# each version's PyPI wheel (0.6.3.post1 and 0.6.4.post1 vllm/config.py, 0.14.0 and 0.15.0
-# config/speculative.py) and v0.18.0's code, docs and tests.
-CHUNKED_PREFILL_WITH_A_DRAFT_MODEL = [
-    ("V0 up to 0.6.3", True, 'chunked prefill and any speculation are "currently mutually '
-                             'exclusive"'),
-    ("V0 from 0.6.4", False, "draft models and n-gram run beside it, but EAGLE, Medusa and MLP "
-                             "drafters stay refused"),
-    ("V1 0.8 to 0.14", False, "draft models are refused outright, chunked prefill or not"),
-    ("V1 from 0.15.0 (v0.18.0 included)", False, "every method runs beside chunked prefill"),
-]
 
 
 @dataclass

@@ -1,0 +1,306 @@
+"""diagnose: configs that plainly have each bottleneck are named so from their counters; every
+recommendation is served again, and what it buys is what `run` gives with its flags; --observed
+agrees with the simulation it was taken from and not with one whose ITL is three times as long;
+bad input gets one line."""
+
+import contextlib
+import functools
+import io
+import json
+
+import pytest
+
+import main
+from commands import cli
+from commands.bottleneck import BOTTLENECKS
+from commands.tuning import MAX_RESIMULATIONS
+
+MIXED = ["--num-prompts", "40"]  # the lesson's mixed traffic at 4 req/s, on 70B FP8 and one H200
+LONG_PROMPTS = ["--dataset-name", "random", "--random-input-len", "6000", "--random-output-len",
+                "100", "--num-prompts", "20", "--request-rate", "2"]
+LESSON_SETUP = ["--gpu", "h100-sxm5", "--dataset-name", "random", "--random-input-len", "1000",
+                "--random-output-len", "500", "--num-prompts", "128", "--max-concurrency", "128"]
+# One config per bottleneck, each the plain case the issue names.
+PLAIN = {
+    # 600 blocks (9,600 tokens) for 40 mixed requests: one long document fills most of it
+    "kv_starvation": ["--num-gpu-blocks-override", "600", *MIXED],
+    # two seats for 40 requests arriving at 4 a second
+    "batching_stall": ["--max-num-seqs", "2", *MIXED],
+    # 6,000-token prompts, each computed whole in one step beside the decodes
+    "chunk_missized": ["--no-enable-chunked-prefill", *LONG_PROMPTS],
+    # 64-token chunks of 70B on an H200, whose weights take as long as ~130 tokens of GEMMs
+    "chunk_missized-small": ["--max-num-batched-tokens", "64", "--max-num-seqs", "64", *MIXED],
+    # the lesson's own: 70B FP8 on one 80 GB card, 128 clients
+    "hbm_bound": LESSON_SETUP,
+    # one request every five seconds to a 70B model
+    "decode_floor": ["--dataset-name", "random", "--random-input-len", "500",
+                     "--random-output-len", "300", "--num-prompts", "10", "--request-rate", "0.2"],
+    # 8B on an H100 at 8 req/s: about 60 running, nobody waiting long
+    "none": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm5", "--dataset-name", "random",
+             "--random-input-len", "1000", "--random-output-len", "1000", "--num-prompts", "150",
+             "--request-rate", "8"],
+}
+
+
+@functools.lru_cache(maxsize=None)
+def printed(*argv) -> str:
+    """What `python3 code/main.py ARGV...` prints, run in this process (once per argv)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert cli.main(list(argv), main.simulate, main.knobs()) == 0
+    return buffer.getvalue()
+
+
+def diagnosis(*argv) -> dict:
+    return json.loads(printed("diagnose", *argv, "--format", "json"))
+
+
+def run_result(*argv) -> dict:
+    """`run`'s JSON result for the same flags (its --mode chunked is its own default, so
+    chunked prefill off is written --mode continuous there)."""
+    argv = [arg for arg in argv if arg != "--no-enable-chunked-prefill"] + (
+        ["--mode", "continuous"] if "--no-enable-chunked-prefill" in argv else [])
+    return json.loads(printed("run", *argv, "--format", "json"))["results"][0]
+
+
+def with_flags(argv: list[str], flags: dict) -> list[str]:
+    """argv with a recommendation's flags set: a value replaces the flag's, None leaves it out,
+    True turns a --[no-] switch on."""
+    argv = list(argv)
+    for flag, value in flags.items():
+        for spelling in (flag, "--no-" + flag[2:]):
+            if spelling in argv:
+                at = argv.index(spelling)
+                del argv[at:at + (1 if spelling.startswith("--no-") or value is True else 2)]
+        if value is True:
+            argv.append(flag)
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def test_every_bottleneck_has_a_plain_case():
+    assert {case.split("-")[0] for case in PLAIN} == set(BOTTLENECKS)
+
+
+@pytest.mark.parametrize("case", sorted(PLAIN))
+def test_a_config_that_plainly_has_a_bottleneck_is_named_so(case):
+    assert diagnosis(*PLAIN[case])["bottleneck"] == case.split("-")[0]
+
+
+@pytest.mark.parametrize("case", sorted(set(PLAIN) - {"hbm_bound"}))
+def test_the_counters_it_read_are_those_run_reports_for_the_same_flags(case):
+    evidence, result = diagnosis(*PLAIN[case])["evidence"], run_result(*PLAIN[case])
+    for name in ("waiting_on_kv_blocks_pct", "waiting_on_max_num_seqs_pct",
+                 "waiting_on_prompt_budget_pct", "num_preemptions", "recomputed_pct",
+                 "median_itl_ms", "p99_itl_ms", "prompt_time_pct", "mean_ttft_ms"):
+        assert evidence[name] == result[name], name
+
+
+def test_a_config_vllm_would_refuse_is_hbm_bound_by_the_memory_plans_own_figures():
+    found = diagnosis(*LESSON_SETUP)
+    assert found["kind"] == "refused" and "refuse to start" in found["reason"]
+    assert found["evidence"]["kv_cache_tokens"] < found["evidence"]["max_model_len"] == 8192
+    assert any(c["status"] == "refused" for c in found["compatibility"])
+    code, out, err = run_here("run", *LESSON_SETUP)
+    fits = f"--max-model-len {found['evidence']['kv_cache_tokens']}"
+    assert code == 2 and fits in err  # what `run` refuses, and its advice
+
+
+@pytest.mark.parametrize("case", sorted(set(PLAIN) - {"none"}))
+def test_the_first_recommendation_served_again_improves_its_metric_as_run_confirms(case):
+    first = diagnosis(*PLAIN[case])["recommendations"][0]
+    assert first["addresses"] == case.split("-")[0]
+    if first["before"] is None:  # vLLM would not have started: now it serves
+        assert first["refused"] is None and first["after"] > 0
+    else:
+        assert first["after"] < first["before"]
+    after = run_result(*with_flags(PLAIN[case], first["flags"]))
+    assert after[first["metric"]] == first["after"]
+
+
+def test_every_kept_recommendation_builds_on_the_ones_before_it():
+    kept = diagnosis(*LESSON_SETUP)["recommendations"]
+    assert [r["flag"] for r in kept][-1] == "--tensor-parallel-size"  # more GPUs come last
+    argv = LESSON_SETUP
+    for earlier, later in zip(kept, kept[1:]):
+        argv = with_flags(argv, earlier["flags"])
+        assert later["before"] == earlier["after"] == run_result(*argv)[earlier["metric"]]
+
+
+def test_a_healthy_config_gets_no_recommendation_and_says_what_to_watch():
+    found = diagnosis(*PLAIN["none"])
+    assert found["kind"] == "healthy" and found["recommendations"] == []
+    assert "num_requests_waiting" in found["measure_next"]
+
+
+def test_diagnose_serves_the_workload_a_bounded_number_of_times():
+    calls = []
+
+    def counting_simulate(*args, **kwargs):
+        calls.append(args)
+        return main.simulate(*args, **kwargs)
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["diagnose", *LESSON_SETUP], counting_simulate, main.knobs()) == 0
+    assert 2 <= len(calls) <= MAX_RESIMULATIONS + 1
+
+
+def test_the_json_has_the_contract_fields():
+    found = diagnosis(*PLAIN["batching_stall"])
+    assert {"bottleneck", "evidence", "recommendations", "compatibility",
+            "measure_next"} <= set(found)
+    assert set(found["evidence_units"]) == set(found["evidence"])
+    assert {"flag", "value", "metric", "before", "after"} <= set(found["recommendations"][0])
+    assert "observed" not in found and "observed_matches" not in found
+
+
+# -- --observed ------------------------------------------------------------------------------
+
+BENCH_KEYS = ("completed", "duration", "request_throughput", "output_throughput",
+              "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+              "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms")
+
+
+def saved_result(path, argv, scale_itl=1.0, **sent) -> str:
+    """What `vllm bench serve --save-result` would have written for `run ARGV`, ITLs scaled."""
+    result = run_result(*argv)
+    saved = {key: result[key] for key in BENCH_KEYS}
+    for key in ("mean_itl_ms", "median_itl_ms", "p99_itl_ms"):
+        saved[key] *= scale_itl
+    saved.update(sent)
+    path.write_text(json.dumps(saved))
+    return str(path)
+
+
+def test_observed_figures_equal_to_the_simulation_agree(tmp_path):
+    found = diagnosis(*MIXED, "--observed", saved_result(tmp_path / "same.json", MIXED))
+    assert found["observed_matches"] is True
+    assert all(figure["agrees"] for figure in found["comparison"])
+
+
+def test_observed_itl_three_times_the_simulation_disagrees_and_points_outside(tmp_path):
+    found = diagnosis(*MIXED, "--observed",
+                      saved_result(tmp_path / "slow.json", MIXED, scale_itl=3.0))
+    assert found["observed_matches"] is False
+    disagreeing = {f["metric"] for f in found["comparison"] if not f["agrees"]}
+    assert disagreeing == {"mean_itl_ms", "median_itl_ms", "p99_itl_ms"}
+    assert any("outside the scheduler" in note for note in found["observed_notes"])
+
+
+def test_observed_says_what_was_sent(tmp_path):
+    path = saved_result(tmp_path / "sent.json", ["--num-prompts", "12", "--request-rate", "2"],
+                        request_rate=2, num_prompts=12, max_concurrency=None, burstiness=1.0)
+    found = diagnosis("--observed", path)
+    assert found["sent_from_observed"] == ["--request-rate 2", "--burstiness 1",
+                                           "--num-prompts 12"]
+    result = run_result("--num-prompts", "12", "--request-rate", "2")
+    assert {key: found["simulated"][key] for key in BENCH_KEYS} == {
+        key: result[key] for key in BENCH_KEYS}
+    assert found["observed_matches"] is True
+
+
+# -- refusals and bad input -------------------------------------------------------------------
+
+def run_here(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv), main.simulate, main.knobs())
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("text, says", [
+    (None, "no such file"),
+    ("{", "is not JSON"),
+    ("[1, 2]", "one JSON object"),
+    ('{"mean_itl_ms": "fast"}', "mean_itl_ms must be a number"),
+    ('{"mean_itl_ms": NaN}', "NaN is not a finite number"),
+    ('{"p99_itl_ms": Infinity}', "Infinity is not a finite number"),
+    ('{"mean_itl_ms": 20, "request_rate": -1}', "request_rate must be a number > 0"),
+    ('{"mean_itl_ms": 20, "num_prompts": 2.5}', "num_prompts must be a positive integer"),
+    ('{"mean_itl_ms": true}', "mean_itl_ms must be a number"),
+    ('{"completed": 3}', "holds none of the figures"),
+])
+def test_a_bad_observed_file_is_refused_in_one_line(tmp_path, text, says):
+    path = tmp_path / "observed.json"
+    if text is not None:
+        path.write_text(text)
+    code, out, err = run_here("diagnose", *MIXED, "--observed", str(path))
+    assert (code, out) == (2, "")
+    assert err.startswith("servesim: error: --observed") and says in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--gpu-memory-utilization", "0.6"], "raise the ceiling before tuning the scheduler"),
+    (["--forward-model", "linear"], "leave out --forward-model linear"),
+    (["--block-size", "0"], "--block-size must be an integer in [1, "),
+    (["--goodput", "tpot"], "is not KEY:MILLISECONDS"),
+])
+def test_refusals_come_before_anything_runs(argv, says):
+    code, out, err = run_here("diagnose", *MIXED, *argv)
+    assert (code, out) == (2, "") and says in err and err.count("\n") == 1
+
+
+def test_a_flag_that_contradicts_what_observed_says_was_sent_is_refused(tmp_path):
+    path = saved_result(tmp_path / "four.json", MIXED, request_rate=4)
+    code, _, err = run_here("diagnose", *MIXED, "--request-rate", "8", "--observed", path)
+    assert code == 2 and "--request-rate 8.0 and --observed's request_rate 4 disagree" in err
+
+
+def test_a_slow_h100_class_deployment_is_sent_outside_vllm_unless_the_traffic_explains_it(
+        tmp_path):
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps({"output_throughput": 50.0, "mean_itl_ms": 25.0}))
+    code, _, err = run_here("diagnose", *MIXED, "--observed", str(path))
+    assert code == 2 and "look outside vLLM" in err
+    one_client = ["--dataset-name", "random", "--random-input-len", "200",
+                  "--random-output-len", "100", "--num-prompts", "4", "--max-concurrency", "1"]
+    assert run_result(*one_client)["output_throughput"] < 100  # one request at a time on 70B
+    assert run_here("diagnose", *one_client, "--observed", str(path))[0] == 0
+
+
+# -- what vLLM refuses and accepts ---------------------------------------------------------
+
+def compatibility(*argv) -> list[dict]:
+    return diagnosis(*argv)["compatibility"]
+
+
+def test_chunked_prefill_with_a_draft_model_is_accepted_with_the_versions_where_it_was_not():
+    checks = compatibility("--speculative-config",
+                           '{"model": "llama-3.2-1b", "num_speculative_tokens": 3}', *MIXED)
+    chunked = next(c for c in checks if c["flags"].startswith("--enable-chunked-prefill"))
+    assert chunked["status"] == "accepted" and "0.15.0" in chunked["versions"]
+    assert 'V0 up to 0.6.3: chunked prefill and any speculation are "currently mutually' in (
+        chunked["text"])
+    budget = next(c for c in checks if c["flags"].startswith("--speculative-config draft_model"))
+    assert "512 - 256 = 256" in budget["text"]  # v0.18.0 takes max_num_seqs off the budget
+
+
+def test_cpu_ngram_with_async_scheduling_is_refused_and_lora_needs_room_for_the_drafts():
+    checks = compatibility("--speculative-config", '{"method": "ngram", "num_speculative_tokens": '
+                           '3}', "--spec-acceptance-rate", "0.5", *MIXED)
+    statuses = {c["flags"]: c["status"] for c in checks}
+    assert statuses["--speculative-config method ngram with --async-scheduling"] == "refused"
+    assert statuses["--speculative-config with --enable-lora"] == "refused"  # 512 < 256 x 4
+    assert not compatibility(*MIXED)
+
+
+def test_a_budget_below_max_num_seqs_is_refused_as_vllm_refuses_it():
+    code, out, err = run_here("diagnose", "--max-num-batched-tokens", "128", *MIXED)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "--max-num-batched-tokens 128 is below" in err and "256" in err
+
+
+def test_a_concurrency_limit_where_observed_says_there_was_none_is_refused(tmp_path):
+    path = saved_result(tmp_path / "open.json", MIXED, max_concurrency=None)
+    code, _, err = run_here("diagnose", *MIXED, "--max-concurrency", "8", "--observed", path)
+    assert code == 2 and "max_concurrency null (no limit)" in err
+
+
+def test_the_skill_file_names_speculative_config_and_the_v0_flag_only_as_removed():
+    from readme_blocks import SKILL
+    text = SKILL.read_text(encoding="utf-8")
+    assert "--speculative-config" in text
+    paragraphs = [p for p in text.split("\n\n") if "--speculative-model" in p]
+    assert paragraphs and all("removed" in p for p in paragraphs)
