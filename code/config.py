@@ -51,11 +51,15 @@ MAX_NUM_GPU_BLOCKS = 2**20
 MAX_MS = 60_000.0  # a minute: for a step, a token, or STATIC's wait for a full batch
 # The linear clock's shortest step (one token) must move the clock: at least a nanosecond.
 MIN_LINEAR_STEP_MS = 1e-6
-# vLLM's config takes any positive block size, and so does servesim: the PagedAttention paper
-# studies sizes from 1 to 256, and vLLM's CPU backend (the oracle's) runs them. On CUDA, vLLM's
-# attention backends take multiples of 16 only (FlashAttention, Triton, FlexAttention
-# `MultipleOf(16)`, FlashInfer 16, 32 or 64: vllm/v1/attention/backends/, 0.30.0 and 0.18.0
-# alike), and vllm/platforms/cuda.py refuses others at start-up ("No valid attention backend").
+# Block sizes. vLLM 0.30.0's config takes any positive size (vllm/config/cache.py `gt=0`), and its
+# scheduler, which servesim is, runs any; the attention kernels are pickier. On CUDA and ROCm
+# they take multiples of 16 (FlashAttention, Triton, FlexAttention `MultipleOf(16)`, FlashInfer
+# 16, 32 or 64: vllm/v1/attention/backends/; a size no backend runs fails at start-up, "No
+# common block size", vllm/v1/worker/utils.py), and vLLM's command line once offered exactly
+# 1, 8, 16, 32, 64 and 128. servesim takes a multiple of 16, or a power of two below it (1, 2,
+# 4, 8: the old list's small sizes, and the small pools of worked examples and of the oracle's
+# scenarios, whose scheduler runs them), and refuses sizes no vLLM ever ran, such as 12 or 24.
+SMALL_BLOCK_SIZES = (1, 2, 4, 8)
 CUDA_BLOCK_SIZE_MULTIPLE = 16
 
 
@@ -72,7 +76,7 @@ def flag_name(field_name: str) -> str:
 class Range:
     """The values a numeric setting may take; `check` refuses anything else in one line:
 
-        --block-size must be an integer in [1, 10,000,000] tokens, got 0
+        --max-model-len must be an integer in [1, 10,000,000] tokens, got 0
 
     `high` math.inf means no upper bound (infinity itself is valid only with `allow_inf`).
     """
@@ -82,6 +86,7 @@ class Range:
     above_low: bool = False       # low itself is not valid: (low, high]
     below_high: bool = False      # high itself is not valid: [low, high)
     multiple_of: int = 1
+    also: tuple = ()              # integers valid besides the range's multiples (block sizes)
     allow_inf: bool = False       # --request-rate inf: everything at t=0
     optional: bool = False        # None means "not set"
     unit: str = ""                # "ms", "tokens": said after the bounds
@@ -94,6 +99,8 @@ class Range:
             return False
         if value == math.inf:
             return self.allow_inf
+        if value in self.also:
+            return True
         above = value > self.low if self.above_low else value >= self.low  # False for NaN
         below = value < self.high if self.below_high else value <= self.high
         return above and below and (not self.integer or value % self.multiple_of == 0)
@@ -106,6 +113,8 @@ class Range:
         """'an integer in [1, 10,000,000]', 'a number > 0, or inf', 'a number in (0, 1]'."""
         if self.multiple_of > 1:
             kind = f"a multiple of {self.multiple_of}"
+            if self.also:
+                kind = f"{', '.join(map(str, self.also))} or {kind}"
         else:
             kind = "an integer" if self.integer else "a number"
         if self.high == math.inf:
@@ -253,7 +262,8 @@ FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module 
     "tensor_parallel_size": Range(1, MAX_NUM_SEQS, integer=True),  # and the heads rule below
     "gpu_memory_utilization": Range(0, 1, above_low=True),  # vllm/config/cache.py: gt=0, le=1
     "kv_cache_dtype": Choice(("auto", "fp8")),
-    "block_size": Range(1, MAX_TOKENS, **_TOKENS),  # on CUDA, vLLM runs multiples of 16 only
+    "block_size": Range(CUDA_BLOCK_SIZE_MULTIPLE, MAX_TOKENS, multiple_of=CUDA_BLOCK_SIZE_MULTIPLE,
+                        also=SMALL_BLOCK_SIZES, **_TOKENS),  # see SMALL_BLOCK_SIZES
     "num_gpu_blocks_override": Range(1, MAX_NUM_GPU_BLOCKS, integer=True, optional=True,
                                      why="servesim keeps every block in memory"),
     "max_model_len": Range(1, MAX_TOKENS, **_TOKENS),

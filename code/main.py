@@ -27,7 +27,7 @@ COMPARED_MODES = ["naive", "static", "continuous", "chunked"]  # compare's rows 
 MAX_NUM_BATCHED_TOKENS = 512   # CONTINUOUS+CHUNKED's token budget per step: the lesson's 512-token
 #                                slices (--max-num-batched-tokens sets every continuous mode's;
 #                                CONTINUOUS otherwise keeps vLLM's max(max_model_len, 2048))
-BLOCK_SIZE = 16                # tokens per KV block (--block-size)
+BLOCK_SIZE = 16                # tokens per KV block (--block-size): 1, 2, 4, 8 or a multiple of 16
 MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATIC's batch size
 # ─────────────────────────────────────────────────────────────────────────────────────────────
 

@@ -32,7 +32,7 @@ def test_json_has_the_design_contract_fields():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--block-size", "0"], "--block-size must be an integer in [1, 10,000,000] tokens"),
+    (["--block-size", "0"], "--block-size must be 1, 2, 4, 8 or a multiple of 16 in [16, 10,000,000] tokens"),
     (["--block-size", "x"], "invalid int value"),
     (["--mode", "turbo"], "unknown --mode"),
     (["--mode", "continuous", "--max-num-batched-tokens", "512"], "below --max-model-len"),

@@ -234,7 +234,7 @@ def test_a_bad_observed_file_is_refused_in_one_line(tmp_path, text, says):
 @pytest.mark.parametrize("argv, says", [
     (["--gpu-memory-utilization", "0.6"], "raise the ceiling before tuning the scheduler"),
     (["--forward-model", "linear"], "leave out --forward-model linear"),
-    (["--block-size", "0"], "--block-size must be an integer in [1, "),
+    (["--block-size", "0"], "--block-size must be 1, 2, 4, 8 or a multiple of 16"),
     (["--goodput", "tpot"], "is not KEY:MILLISECONDS"),
 ])
 def test_refusals_come_before_anything_runs(argv, says):

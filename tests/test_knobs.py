@@ -65,9 +65,9 @@ def test_a_flag_overrides_its_knob(tmp_path):
 
 
 @pytest.mark.parametrize("knob, value, says", [
-    ("BLOCK_SIZE", "0", "BLOCK_SIZE in code/main.py must be an integer in [1, 10,000,000] "
-                        "tokens, got 0"),
-    ("BLOCK_SIZE", "16.0", "BLOCK_SIZE in code/main.py must be an integer"),
+    ("BLOCK_SIZE", "0", "BLOCK_SIZE in code/main.py must be 1, 2, 4, 8 or a multiple of 16 in "
+                        "[16, 10,000,000] tokens, got 0"),
+    ("BLOCK_SIZE", "16.0", "BLOCK_SIZE in code/main.py must be 1, 2, 4, 8 or a multiple of 16"),
     ("MAX_NUM_SEQS", "-1", "MAX_NUM_SEQS in code/main.py must be an integer in [1, 1,000,000]"),
     ("MAX_NUM_BATCHED_TOKENS", "0", "MAX_NUM_BATCHED_TOKENS in code/main.py must be an integer in "
                                     "[1, 10,000,000] tokens, got 0"),

@@ -19,6 +19,7 @@ def test_every_engine_field_has_a_rule():
     (Range(0, 1, above_low=True), [1e-9, 0.5, 1, 1.0], [0, 1.0001, math.nan, math.inf, "0.5"]),
     (Range(1, 10, integer=True), [1, 10], [0, 11, 2.0, True, None, 10**400]),
     (Range(16, 64, multiple_of=16, integer=True), [16, 48], [8, 24, 80]),
+    (Range(16, 64, multiple_of=16, integer=True, also=(1, 8)), [1, 8, 16, 48], [2, 24, 80, 8.0]),
     (Range(0, 1e9, above_low=True, allow_inf=True), [1e-300, 1e9, math.inf], [0, -math.inf,
                                                                               math.nan, 2e9]),
     (Range(0, 1, below_high=True), [0, 0.999], [1, -0.0001]),
