@@ -24,7 +24,7 @@ commands/flags.py. A refusal that advises a value advises one that passes these 
 """
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:  # spec_decode imports this module for ConfigError
@@ -272,7 +272,7 @@ FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module 
     "default_chunked_budget": Range(1, MAX_TOKENS, **_TOKENS),
     "enable_prefix_caching": Switch(),
     "long_prefill_token_threshold": Range(0, MAX_TOKENS, why="0 turns the cap off", **_TOKENS),
-    "speculative_config": Parsed("spec_decode.parse_speculative_config"),
+    "speculative_config": Parsed("parse_speculative_config (commands/speculative_flag.py)"),
     "batching_window_ms": Range(0, MAX_MS, **_MS),
     "forward_model": Choice(("roofline", "linear")),
     "linear_step_ms": Range(0, MAX_MS, **_MS),

@@ -34,8 +34,6 @@ their own: only the request itself finds them, after a preemption. vLLM hashes w
 servesim with Python's hash of integer tuples, the same in every run.
 """
 
-from typing import Optional
-
 from block_pool import BlockPool
 from request import Request
 

@@ -12,7 +12,7 @@ import random
 from conftest import make_request, make_scheduler
 from kv_cache import num_blocks_for
 from request import RequestStatus
-from spec_decode import parse_speculative_config
+from commands.speculative_flag import parse_speculative_config
 
 ALL, ONE, NONE = (1.0, 1.0, 1.0), (1.0, 0.0, 0.0), (0.0, 0.0, 0.0)
 

@@ -15,7 +15,7 @@ from gpu_memory import plan_memory
 from main import simulate
 from modes import MODES
 from presets import MODELS
-from spec_decode import parse_speculative_config
+from commands.speculative_flag import parse_speculative_config
 from workload import random_workload
 
 EAGLE3 = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '

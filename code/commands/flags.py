@@ -25,6 +25,8 @@ from typing import Callable, Optional
 from commands import progress
 from commands.output_files import check_paths
 from commands.serving import Engine
+from commands.speculative_flag import EXAMPLE as SPECULATIVE_EXAMPLE
+from commands.speculative_flag import parse_speculative_config
 from config import ConfigError, EngineConfig, Knobs, Range, flag_name
 from forward_model import make_clock
 from goodput import CHAT_SLOS_MS, SLO_NAMES
@@ -33,8 +35,7 @@ from modes import MODES
 from presets import GPUS, MODELS
 from reports.serving_block import PERCENTILE_METRICS
 from reports.timeline import ANCHORS, TimelineSpec
-from spec_decode import EXAMPLE as SPECULATIVE_EXAMPLE
-from spec_decode import MODELLED_METHODS, parse_speculative_config
+from spec_decode import MODELLED_METHODS
 
 DEFAULTS = EngineConfig()
 DEFAULT_TIMELINE_STEPS = 16

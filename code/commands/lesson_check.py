@@ -26,7 +26,7 @@ from gpu_memory import GIB, lookup, plan_memory
 from modes import MODES
 from metrics import percentile
 from request import Request
-from spec_decode import parse_speculative_config
+from commands.speculative_flag import parse_speculative_config
 from workload import Workload, mixed_workload, random_workload
 
 MODEL = "llama-3.3-70b-fp8"

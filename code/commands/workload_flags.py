@@ -21,7 +21,7 @@ from config import EngineConfig
 from forward_model import make_clock
 from traces.formats import DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS
 from traces.replay import trace_workload
-from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, MixedLengths, NormalLengths,
+from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, NormalLengths,
                       RandomLengths, Workload, WorkloadError, mixed_workload, normal_workload,
                       prefix_repetition_workload, random_workload)
 
