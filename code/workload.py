@@ -48,6 +48,8 @@ LENGTH = Range(1, MAX_TOKENS, integer=True, unit="tokens")
 PREFIX_LENGTH = Range(0, MAX_TOKENS, integer=True, unit="tokens")  # a shared prefix; 0: none
 RANGE_RATIO = Range(0, 1, below_high=True)
 NORMAL_PARAMETER = Range(0, MAX_TOKENS, unit="tokens")
+# Python's random.Random(-1) draws as Random(1) does; vllm bench serve's numpy takes 0 .. 2^32 - 1.
+SEED = Range(0, 2**32 - 1, integer=True, why="the seeds vllm bench serve takes")
 
 
 class WorkloadError(ValueError):
@@ -282,7 +284,7 @@ def prefix_repetition_workload(prefix_len: int = 256, suffix_len: int = 256,
             yield Request(str(index), next(times), prefix_len + suffix_len, output_len,
                           content=content)
 
-    check_arrival_rate(request_rate, burstiness)
+    check_arrival_rate(request_rate, burstiness, seed)
     params = {"name": "prefix_repetition", "num_prompts": num_prompts,
               "request_rate": _json_rate(request_rate), "burstiness": burstiness, "seed": seed,
               "max_concurrency": max_concurrency, "prefix_repetition_prefix_len": prefix_len,
@@ -311,7 +313,7 @@ def _synthetic_workload(name: str, lengths: Lengths, length_params: dict,
                         request_rate: float, burstiness: float, seed: int,
                         max_concurrency: Optional[int]) -> Workload:
     check_sending(num_prompts, max_concurrency)
-    check_arrival_rate(request_rate, burstiness)
+    check_arrival_rate(request_rate, burstiness, seed)
     params = {"name": name, "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
               "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
               **length_params}
@@ -355,6 +357,7 @@ def check_sending(num_prompts: Optional[int], max_concurrency: Optional[int]) ->
         NUM_PROMPTS.check("--max-concurrency", max_concurrency, WorkloadError)
 
 
-def check_arrival_rate(request_rate: float, burstiness: float) -> None:
+def check_arrival_rate(request_rate: float, burstiness: float, seed: int) -> None:
     REQUEST_RATE.check("--request-rate", request_rate, WorkloadError)
     BURSTINESS.check("--burstiness", burstiness, WorkloadError)
+    SEED.check("--seed", seed, WorkloadError)

@@ -49,6 +49,7 @@ CATALOGUE = [
     (["--block-size", "0"], "--block-size must be 1, 2, 4, 8 or a multiple of 16 in [16, "),
     (["--block-size", "24"], "or a multiple of 16 in [16, 10,000,000] tokens, got 24"),
     (["--num-prompts", "0"], "--num-prompts must be an integer in [1, 10,000,000], got 0"),
+    (["--seed", "-1"], "--seed must be an integer in [0, 4,294,967,295]"),
     (["--num-prompts", "100000000000"], "--num-prompts must be an integer in [1, 10,000,000]"),
     (["--max-concurrency", "0"], "--max-concurrency must be an integer in [1, "),
     (["--request-rate", "nan"],

@@ -76,7 +76,8 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
                        help="at most N requests in flight; the next is sent when one finishes "
                             "(a closed loop of N clients; default: no limit)")
     group.add_argument("--seed", type=int, default=0,
-                       help="draws another instance of a synthetic dataset (default 0)")
+                       help="draws another instance of a synthetic dataset: 0 to 2^32 - 1, "
+                            "as vllm bench serve takes (default 0)")
 
     random_group = parser.add_argument_group(
         "--dataset-name random",
