@@ -31,8 +31,6 @@ def test_every_chart_readme_shows_is_made_by_a_command_in_it():
     key for key in ALL_BLOCKS if key[1] not in CHECKED_ELSEWHERE))
 def test_pasted_output_and_charts_are_current(document, name, tmp_path):
     body = ALL_BLOCKS[document, name]
-    if "../shared/traces/" in body and not (ROOT.parent / "shared" / "traces").is_dir():
-        pytest.skip("the shared traces are not next to this checkout")
     assert body == fresh_body(body, tmp_path), (
         f"{document} block {name!r} is stale: run python3 tests/readme_blocks.py")
     for path in written_files(commands_of(body)):

@@ -47,8 +47,6 @@ def test_readme_shows_commands_inline_and_loops_among_them():
 
 def test_every_command_readme_shows_runs_as_written():
     commands = list(dict.fromkeys(unnamed_fenced_commands(DOCS_TEXT) + inline_commands(DOCS_TEXT)))
-    shared = (ROOT.parent / "shared" / "traces").is_dir()
-    commands = [c for c in commands if shared or "../shared/traces/" not in c]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(run_as_written, commands))
     failed = [(command, result.returncode, result.stderr.strip()[-300:])
