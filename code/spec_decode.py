@@ -33,9 +33,11 @@ the next step before this one's drafts are known), tree drafting, n-gram steps t
 (vLLM then drafts nothing for the request; servesim's n-gram always drafts k), padding a newly
 admitted one-token step to 1 + k for CUDA graphs (0.30.0). With prefix caching, an EAGLE head
 makes a request compute again the last block it found cached (kv_cache.py). The command line's
-JSON is read in commands/speculative_flag.py. Facts and sources:
-../shared/notes/vllm-v1-specdec-prefix.md (sections A1-A4); vLLM 0.30.0's
-vllm/config/speculative.py and v1/core/sched/scheduler.py.
+JSON is read in commands/speculative_flag.py. Facts and sources: vLLM 0.30.0's
+vllm/config/speculative.py and vllm/v1/core/sched/scheduler.py; the history of what each
+version accepts (commands/vllm_facts.py) from the same files at v0.18.0 and earlier, and from
+vLLM's docs/features/README.md (the feature matrix) and
+docs/features/speculative_decoding/README.md ("Known Feature Incompatibility").
 """
 
 import random

@@ -10,8 +10,8 @@ measurement, the published figure, servesim's, and their ratio:
 
 Three groups, each with its goal:
 
-    published.md   16 measurements of vLLM, NIM and TensorRT-LLM serving
-                   (../shared/calibration/published.md): batch latency, TTFT, ITL, throughput
+    published      16 measurements of vLLM, NIM and TensorRT-LLM serving (each group's
+                   sources below): batch latency, TTFT, ITL, throughput
     throughput     TensorRT-LLM's offline throughput for Llama-3.3-70B FP8 (another engine: a band)
     kv             the KV capacity vLLM logged for the lesson's setup
 
@@ -112,7 +112,7 @@ _LLAMA_3_8B = dict(model="llama-3.1-8b")                            # Llama-3-8B
 _LLAMA_3_70B_TP4 = dict(model="llama-3.3-70b", tensor_parallel_size=4)  # Llama-3-70B's shapes
 
 PUBLISHED_MD = Group(
-    "published.md", "vLLM, NIM and TensorRT-LLM serving, ../shared/calibration/published.md",
+    "published", "vLLM, NIM and TensorRT-LLM serving, as their publishers measured it",
     ("L1-L5: vLLM performance benchmark, nightly 'Latency tests' (vllm-project/vllm "
      ".buildkite/nightly-benchmarks/tests/latency-tests.json), vLLM V0, late 2024, dummy "
      "weights, mean of 15 runs",

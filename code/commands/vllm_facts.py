@@ -1,8 +1,8 @@
 """What vLLM itself does with the engine flags: its defaults, and what each version refuses.
 
 Facts only, each with where it was read: vLLM 0.30.0's code (the version servesim follows), and
-v0.18.0's (the lesson's), from ../shared/notes/vllm-v1-specdec-prefix.md, which names the file
-and line of each. `diagnose` reads its "Config read" and its compatibility check from here, and
+v0.18.0's (the lesson's, read in the PyPI wheel and sdist of vllm 0.18.0, tag v0.18.0), each
+with its file (and line) in that version's vllm/ tree; older versions' from their PyPI wheels. `diagnose` reads its "Config read" and its compatibility check from here, and
 `lesson-check` its verdict on the lesson's v0.18.0 gotcha.
 """
 
