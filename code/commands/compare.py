@@ -9,7 +9,7 @@
 
 import argparse
 
-from commands import flags
+from commands import draws, flags
 from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
@@ -37,12 +37,17 @@ def add_parser(subparsers, knobs) -> None:
                         default_text=f"{','.join(knobs.compared_modes)}: COMPARED_MODES in "
                                      "code/main.py")
     flags.add_format_flags(group)
+    group.add_argument("--draws", type=int, default=draws.DEFAULT_DRAWS, metavar="N",
+                       help="with a seeded workload: also serve --seed+1 ... --seed+N-1 in "
+                            "CONTINUOUS and CONTINUOUS+CHUNKED and say how many draws each "
+                            f"verdict held in (default {draws.DEFAULT_DRAWS}; 1: this draw only)")
     flags.add_chat_goodput_flag(parser)
     flags.add_picture_flags(parser, timeline=True)
     parser.set_defaults(command=run_compare)
 
 
 def run_compare(args: argparse.Namespace, context) -> str:
+    draws.DRAWS.check("--draws", args.draws)
     modes = flags.modes_from_args(args, context.knobs.compared_modes,
                                   knob="COMPARED_MODES in code/main.py")
     engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
@@ -69,7 +74,10 @@ def run_compare(args: argparse.Namespace, context) -> str:
         lines += tables.speculation_lines(results)
         lines += tables.rejection_lines(recorders)
         lines += [""] + tables.takeaways(dict(results), engine.config.forward_model,
-                                         engine.slos_ms)
+                                         engine.config.token_budget(True), engine.slos_ms)
+        if draws.wanted(args, workload, dict(results), engine.slos_ms):
+            lines += tables.wrapped([draws.draws_line(draws.serve_draws(args, engine,
+                                                                        dict(results)))])
         for run in runs:
             if run.timeline:
                 lines += [""] + render_timeline(run.name, run.timeline)

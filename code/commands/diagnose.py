@@ -113,6 +113,8 @@ def add_parser(subparsers, knobs) -> None:
                             f"{AGREEMENT_BAND:g})")
     flags.add_format_flags(group, step_log=False)
     flags.add_chat_goodput_flag(parser)
+    parser.flag_hints = {"--mode": "it serves CONTINUOUS+CHUNKED, or CONTINUOUS with "
+                                   "--no-enable-chunked-prefill, as vLLM's V1 engine does"}
     parser.set_defaults(command=run_diagnose, mode=None)
 
 

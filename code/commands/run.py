@@ -43,7 +43,8 @@ def add_parser(subparsers, knobs) -> None:
     flags.add_engine_flags(parser, knobs)
     add_workload_flags(parser)
     group = parser.add_argument_group("output")
-    flags.add_mode_flag(group, default="chunked", default_text="chunked", one=True)
+    flags.add_mode_flag(group, default=None, default_text="chunked; continuous with "
+                        "--no-enable-chunked-prefill", one=True)
     flags.add_format_flags(group)
     group.add_argument("--save-detailed", default=None, metavar="FILE",
                        help="write JSON with per-request lists to FILE, as vllm bench serve "
