@@ -241,8 +241,9 @@ class RunRecorder:
             if not is_scheduled[index]:
                 is_scheduled[index] = 1
                 self.first_scheduled_s[index] = start_s
-            if scheduled.num_context_tokens + scheduled.num_new_tokens < scheduled.request.prompt_len:
-                self.is_sliced[index] = 1  # the step stopped inside the prompt
+            computed = scheduled.num_context_tokens + scheduled.num_new_tokens
+            if computed < scheduled.request.prompt_len:  # the step stopped inside the prompt
+                self.is_sliced[index] = 1
         self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
         for lookup in batch.prefix_lookups:
             if lookup.resumed:

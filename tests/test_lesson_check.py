@@ -6,7 +6,7 @@ import pytest
 
 from commands.lesson_check import LessonCheck, in_band, report_lines
 from main import simulate
-from readme_blocks import README, blocks
+from readme_blocks import all_blocks
 
 
 @pytest.fixture(scope="module")
@@ -79,10 +79,11 @@ def test_report_numbers_every_claim(checks):
 
 
 def test_readme_shows_this_very_report(checks):
-    # Computed once here for the checks above and for README's block (tests/test_readme.py skips it).
-    body = blocks(README.read_text(encoding="utf-8"))["lesson-check"]
-    assert body == "$ python3 code/main.py lesson-check\n" + "\n".join(report_lines(checks)) + "\n", (
-        "README block 'lesson-check' is stale: run python3 tests/readme_blocks.py")
+    # Computed once here for the checks above and for the docs' block (test_readme.py skips it).
+    body = all_blocks()["lesson-check"]
+    expected = "$ python3 code/main.py lesson-check\n" + "\n".join(report_lines(checks)) + "\n"
+    assert body == expected, ("the block 'lesson-check' (code/commands/README.md) is stale: run "
+                              "python3 tests/readme_blocks.py")
 
 
 def test_the_v0_18_gotcha_runs_as_v0_18_would_and_the_verdict_names_where_it_held(checks):

@@ -102,7 +102,8 @@ def parse(parser: OneLineParser, argv: list[str]) -> argparse.Namespace:
     args, extras = parser.parse_known_args(argv)
     if extras:
         command_parser = parser.commands.get(args.command_name, parser)
-        all_flags = {name: list(sub._option_string_actions) for name, sub in parser.commands.items()}
+        all_flags = {name: list(sub._option_string_actions)
+                     for name, sub in parser.commands.items()}
         parser.error(command_parser.unrecognized(args.command_name, extras, all_flags))
     return args
 

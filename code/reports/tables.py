@@ -133,9 +133,9 @@ def chunked_itl_line(continuous: dict, chunked: dict, budget: int) -> str:
         cause = (f"nothing was sliced: every prompt fit the {budget:,}-token budget where it was "
                  f"admitted, so both modes ran whole prompts")
     elif budget >= longest:
-        cause = (f"the {budget:,}-token budget holds the longest prompt ({longest:,} tokens) whole, "
-                 f"so chunking shortened no long step: it sliced {sliced:,} prompts only to fill "
-                 f"steps up to the budget beside others, which lengthens those steps")
+        cause = (f"the {budget:,}-token budget holds the longest prompt ({longest:,} tokens) "
+                 f"whole, so chunking shortened no long step: it sliced {sliced:,} prompts only to "
+                 f"fill steps up to the budget beside others, which lengthens those steps")
     elif chunked_ms < whole_ms:
         cause = (f"a whole long prompt (up to {longest:,} tokens here) stalls every running decode "
                  f"for one long step, a chunk of at most {budget:,} tokens only for a short one "
