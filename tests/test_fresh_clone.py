@@ -10,7 +10,9 @@ from conftest import ROOT
 from readme_blocks import BLOCK, DOCUMENTS, blocks, commands_of
 from test_readme_commands import unnamed_commands
 
-OUTSIDE = "../" + "shared"  # spelled in two pieces, so that this file does not name it either
+# The folder of notes beside the developers' checkouts, spelled in pieces so that neither this
+# file nor its compiled form names it.
+OUTSIDE = "/".join(["..", "shared"])
 
 
 def project_files():
