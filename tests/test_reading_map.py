@@ -3,8 +3,6 @@ command; and exercise 1's command drawing what caused the worst gap."""
 
 import re
 
-import pytest
-
 from readme_blocks import README, blocks
 
 TEXT = README.read_text(encoding="utf-8")

@@ -71,6 +71,22 @@ def test_readme_is_short_and_reads_the_lesson_early():
                             "## Reading alongside the lesson"]
 
 
+def test_the_reading_section_answers_4_objectives_5_exercises_and_the_quiz_with_commands():
+    section = TEXT.split("## Reading alongside the lesson", 1)[1].split("\n## ", 1)[0]
+    parts = re.split(r"^\*\*(Objective \d|Exercise \d|\d)\. ", section, flags=re.M)
+    answered = {label: body for label, body in zip(parts[1::2], parts[2::2])}
+    assert [label for label in answered if label.startswith("Objective")] == [
+        f"Objective {n}" for n in range(1, 5)]
+    assert [label for label in answered if label.startswith("Exercise")] == [
+        f"Exercise {n}" for n in range(1, 6)]
+    quiz = [label for label in answered if label.isdigit()]
+    assert "### Quiz" in section and quiz == [str(n) for n in range(1, len(quiz) + 1)]
+    assert {"4", "6"} <= set(quiz)  # what the scheduler optimizes; --gpu-memory-utilization
+    for label, body in answered.items():  # each with a pasted block of real output
+        assert re.search(r"<!-- [\w-]+:start -->\n```\n\$ python3 code/main\.py", body) or \
+            re.search(r"<!-- [\w-]+:start -->\n```\n\$ for ", body), label
+
+
 def test_readme_states_no_test_count_or_time_that_would_rot():
     tests_section = TEXT.split("## Tests\n", 1)[1]
     assert not re.search(r"\d+ passed|\d+(\.\d+)?\s?s\b|minute", tests_section)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, servesim, servesim_here
+from conftest import servesim, servesim_here
 from traces.replay import trace_workload
 from traces.shipped import DATA, shipped_traces
 from workload import WorkloadError
