@@ -21,7 +21,10 @@ EIGHT_B_ON_H100S = ["--model", "llama-3.1-8b", "--gpus", "h100-sxm5", "--dataset
 def run_here(*argv) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(argv), main.simulate, main.knobs())
+        try:
+            code = cli.main(list(argv), main.simulate, main.knobs())
+        except SystemExit as exit_:  # argparse's own refusals
+            code = exit_.code
     return code, out.getvalue(), err.getvalue()
 
 
