@@ -448,3 +448,16 @@ def test_the_skill_file_names_speculative_config_and_the_v0_flag_only_as_removed
     assert "--speculative-config" in text
     paragraphs = [p for p in text.split("\n\n") if "--speculative-model" in p]
     assert paragraphs and all("removed" in p for p in paragraphs)
+
+
+def test_a_deployment_observed_inside_its_slo_gets_no_advice(tmp_path):
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps({"p99_ttft_ms": 900.0, "p99_tpot_ms": 40.0, "mean_itl_ms": 30.0}))
+    found = diagnosis(*PLAIN["batching_stall"], "--observed", str(fast))
+    assert found["observed_meets_slo"] is True and found["recommendations"] == []
+    assert found["num_simulations"] == 1
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"median_ttft_ms": 9000.0, "p99_tpot_ms": 40.0,
+                                "mean_itl_ms": 30.0}))
+    found = diagnosis(*PLAIN["batching_stall"], "--observed", str(slow))
+    assert found["observed_meets_slo"] is False and found["recommendations"]

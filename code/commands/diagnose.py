@@ -26,11 +26,11 @@ from commands import flags
 from commands.bottleneck import (FLOOR_RATIO, ITL_TAIL_RATIO, MEASURE_NEXT, PROMPT_TIME_PCT,
                                  RECOMPUTED_PCT, REPEATED_PREFIX_PCT, WAITING_SHARE_PCT, Finding,
                                  classify, evidence_of, physics, refused_finding)
-from commands.observed import (AGREEMENT_BAND, compare, read_observed, refuse_slow_deployment,
-                               send_as_observed)
+from commands.observed import (AGREEMENT_BAND, compare, observed_meets_slo, read_observed,
+                               refuse_slow_deployment, send_as_observed)
 from commands.serving import require_completions
 from commands.tuning import (IMPROVEMENT_PCT, MAX_RESIMULATIONS, MAX_ROUNDS,
-                             SLO_ATTAINMENT_PCT, WORSENING_PCT, search)
+                             SLO_ATTAINMENT_PCT, WORSENING_PCT, Search, search)
 from commands.vllm_facts import (FOLLOWED, compatibility, config_read, memory_refusal,
                                  serve_defaults)
 from commands.workload_flags import add_workload_flags, workload_from_args, workload_kind
@@ -109,6 +109,9 @@ class Evaluator:
             return Evaluation(args, None, chunked, None, None, str(refusal))
         return self._serve(args, config, chunked, modes)
 
+    def slos_ms(self, args: argparse.Namespace) -> dict[str, float]:
+        return flags.parse_goodput(args.goodput or list(flags.CHAT_GOODPUT))
+
     def _config(self, args):
         modes = flags.modes_from_args(args, ["chunked"])
         config, name = flags.config_from_args(args, self.context.knobs)
@@ -185,6 +188,7 @@ before it, in up to {MAX_ROUNDS} rounds; a change is kept if {IMPROVEMENT_PCT:g}
 meet every SLO, or, at equal goodput, if the bottleneck's metric (mean E2EL, mean TTFT, P99 ITL
 or mean TPOT) falls {IMPROVEMENT_PCT:g}% or more and no headline metric worsens more than {WORSENING_PCT:g}%.
 More GPUs (TP, replicas) only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests meet the SLO.
+With --observed, advice only where the deployment as measured misses the SLO.
 At most {MAX_RESIMULATIONS + 3} simulations in all: give it a workload of tens to hundreds of
 requests. Refused: --gpu-memory-utilization below {MIN_UTILIZATION:g}; with --observed, an H100-class
 GPU measured under 100 output tok/s where the simulation serves more. The skill behind it: outputs/skill-vllm-scheduler-reader.md."""
@@ -214,13 +218,16 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
             refuse_slow_deployment(observed, baseline.summary, lookup(baseline.config)[1])
         comparison = compare(observed, baseline.summary,
                              baseline.finding.evidence.get("decode_floor_ms", 0.0))
-    found = search(baseline, evaluator, facts)
+    meets = (observed_meets_slo(observed, evaluator.slos_ms(args), SLO_ATTAINMENT_PCT)
+             if observed is not None else None)
+    found = (Search([], [], baseline, [], 0) if meets else search(baseline, evaluator, facts))
     model, gpu = lookup(baseline.config)
     refused = [memory_refusal(baseline.refusal)] if baseline.refusal else []
     return Diagnosis(
         header=header_lines(baseline.config, memory_layout(baseline.config), model.name,
                             gpu.name, workload),
-        sent=sent, assumed=assumed, num_requests=facts.num_requests, baseline=baseline, kept=found.kept, rejected=found.rejected,
+        sent=sent, assumed=assumed, num_requests=facts.num_requests, observed_meets_slo=meets,
+        baseline=baseline, kept=found.kept, rejected=found.rejected,
         final=found.final, hardware=found.hardware, num_runs=found.num_runs + 1,
         config_read=config_read(baseline.config, baseline.chunked, gpu),
         compatibility=refused + compatibility(baseline.config, baseline.chunked),

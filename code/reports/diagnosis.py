@@ -22,6 +22,7 @@ class Diagnosis:
     sent: list[str]            # workload flags set from --observed, as typed
     assumed: list[str]         # engine flags left out, at vLLM's defaults for the GPU, as typed
     num_requests: int          # the workload's requests
+    observed_meets_slo: Optional[bool]  # --observed: the deployment met the SLO (None: unknown)
     baseline: object           # diagnose.Evaluation of the config given
     kept: list                 # tuning.Trial, in order
     rejected: list
@@ -124,6 +125,10 @@ def _packed(items: list[str], indent: str) -> list[str]:
 
 
 def _recommendation_lines(d: Diagnosis) -> list[str]:
+    if d.observed_meets_slo:
+        return ["Recommendations: none. The deployment as observed meets the SLO (its "
+                "goodput, or its P99s, within every target), so nothing is tuned; the "
+                "simulation's counters above say what would limit it first as the load grows."]
     lines = [_wrap(f"Recommendations ({d.num_runs} simulations; a change is served on top of "
                    f"those kept before it and kept if more requests meet every SLO, or, at "
                    f"equal goodput, if the bottleneck's metric falls {d.improvement_pct:g}% or "
@@ -208,6 +213,7 @@ def diagnosis_json(d: Diagnosis) -> str:
         "more_gpus": [trial.as_json() for trial in d.hardware],
         "num_simulations": d.num_runs,
         "num_requests": d.num_requests,
+        "observed_meets_slo": d.observed_meets_slo,
         "after_recommendations": {"bottleneck": final.finding.bottleneck,
                                   "reason": final.finding.reason},
         "config_read": d.config_read,
