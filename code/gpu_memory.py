@@ -215,19 +215,26 @@ def _gpus(config):
 
 
 def _max_model_lens(config):
-    """The tokens the cache holds now: a sequence that long fits (or more, if lowering
-    max_model_len shrinks the profiling pass and so the activation reserve)."""
+    """The longest max_model_len whose sequence the pool holds. Found by halving the interval:
+    the pool itself changes with max_model_len, which sizes the profiling pass when chunked
+    prefill is off (a shorter cap, a smaller reserve, a larger pool)."""
+    fits, too_long = 0, config.max_model_len
+    while too_long - fits > 1:
+        middle = (fits + too_long) // 2
+        if _holds_one_sequence(replace(config, max_model_len=middle)):
+            fits = middle
+        else:
+            too_long = middle
+    if fits > 0:
+        yield f"--max-model-len {fits}", {"max_model_len": fits}
+
+
+def _holds_one_sequence(config: EngineConfig) -> bool:
     try:
-        tokens = _pool_tokens(config)
+        _plan(config)
     except ConfigError:
-        return
-    if 0 < tokens < config.max_model_len:
-        yield f"--max-model-len {tokens}", {"max_model_len": tokens}
-
-
-def _pool_tokens(config: EngineConfig) -> int:
-    """Tokens the pool holds, whether or not that is a whole sequence."""
-    return _plan(replace(config, max_model_len=1)).kv_cache_tokens
+        return False
+    return True
 
 
 def _kv_cache_dtypes(config):
