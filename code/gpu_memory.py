@@ -5,10 +5,14 @@
       - activation reserve                           peak of a profiling forward pass + runtime
       = KV cache memory  ->  // (block_size x KV bytes per token)  ->  num_gpu_blocks
 
-The activation reserve is servesim's model of what vLLM measures by profiling. vLLM runs a dummy
-forward pass of `max_num_batched_tokens` tokens (see `profile_num_tokens`) and records the peak; the largest tensors of that
-pass are the MLP's gate/up output and its activation (3 x intermediate_size values per token, 16-bit)
-and the sampler's FP32 logits (max_num_seqs x vocab). Memory outside torch's allocator (CUDA
+The activation reserve is servesim's model of what vLLM measures by profiling. vLLM V1 runs a
+dummy forward pass of `max_num_batched_tokens` tokens, the step budget, and a sampler pass over
+`max_num_seqs` requests (`GPUModelRunner.profile_run`, vllm/v1/worker/gpu_model_runner.py, 0.30.0),
+and records the peak; the largest tensors of that pass are the MLP's gate/up output and its
+activation (3 x intermediate_size values per token, 16-bit) and the sampler's FP32 logits
+(max_num_seqs x vocab). The pass is sized by the budget, not by `max_model_len`: at a 131,072-token
+context with chunked prefill's 8,192-token budget it profiles 8,192 tokens (V0, and V1 with
+chunked prefill off, set the budget to at least max_model_len, so there the two agree). Memory outside torch's allocator (CUDA
 context, cuBLAS and NCCL workspaces, CUDA-graph pools) is charged as a flat 1 GiB. With these,
 Llama-3.3-70B FP8 on one H100 at utilization 0.95 with FP8 KV gets 5.13 GiB of KV (33,600
 tokens); vLLM printed 5.11 GiB (33,504 tokens) for that setup.
@@ -70,33 +74,35 @@ def lookup(config: EngineConfig) -> tuple[ModelSpec, GpuSpec]:
     return MODELS[config.model], GPUS[config.gpu]
 
 
-def profile_num_tokens(config: EngineConfig, gpu: GpuSpec) -> int:
-    """Tokens in vLLM's profiling pass: its step budget, at least `vllm serve`'s default.
-
-    That default is 8192 on GPUs with >= 70 GiB (A100 excepted) and 2048 on others
-    (vllm/engine/arg_utils.py). servesim sizes one pool for every mode it compares, so it takes
-    the larger budget: with chunked prefill off the budget is at least max_model_len.
-    """
-    serve_default = 8192 if gpu.memory_gib >= 70 and "A100" not in gpu.name else 2048
-    return max(serve_default, config.max_num_batched_tokens or 0, config.max_model_len)
+def profile_num_tokens(config: EngineConfig, enable_chunked_prefill: Optional[bool]) -> int:
+    """Tokens in vLLM's profiling pass: the token budget the engine runs with
+    (`config.token_budget`), for chunked prefill on or off; None: a pool shared by both
+    continuous modes (compare's), sized for the larger of their budgets."""
+    if enable_chunked_prefill is None:
+        return max(config.token_budget(True), config.token_budget(False))
+    return config.token_budget(enable_chunked_prefill)
 
 
-def activation_reserve_bytes(model: ModelSpec, gpu: GpuSpec, config: EngineConfig) -> int:
+def activation_reserve_bytes(model: ModelSpec, config: EngineConfig,
+                             enable_chunked_prefill: Optional[bool] = None) -> int:
     """Peak activations of vLLM's profiling pass, per GPU, plus memory outside torch."""
-    profile_tokens = profile_num_tokens(config, gpu)
+    profile_tokens = profile_num_tokens(config, enable_chunked_prefill)
     mlp = profile_tokens * 3 * model.intermediate_size * 2 // config.tensor_parallel_size
     logits = config.max_num_seqs * model.vocab_size * LOGITS_BYTES
     return mlp + logits + NON_TORCH_MEMORY_BYTES
 
 
-def plan_memory(config: EngineConfig) -> MemoryPlan:
+def plan_memory(config: EngineConfig, enable_chunked_prefill: Optional[bool] = None) -> MemoryPlan:
     """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit (and,
     as servesim must, a pool of more blocks than it keeps in memory). A refusal names the
-    changes that would fit, each one alone: every one of them is tried, and passes."""
+    changes that would fit, each one alone: every one of them is tried, and passes.
+    `enable_chunked_prefill` picks the token budget vLLM profiles with (see
+    `profile_num_tokens`)."""
     try:
-        return _plan(config)
+        return _plan(config, enable_chunked_prefill)
     except DoesNotFit as refusal:
-        raise ConfigError(refusal.problem + _advice(config, refusal.remedies)) from None
+        raise ConfigError(refusal.problem + _advice(config, refusal.remedies,
+                                                    enable_chunked_prefill)) from None
 
 
 class DoesNotFit(ConfigError):
@@ -108,8 +114,8 @@ class DoesNotFit(ConfigError):
         self.remedies = remedies  # names of the candidate functions below, in the order to try
 
 
-def _plan(config: EngineConfig) -> MemoryPlan:
-    plan = memory_layout(config)
+def _plan(config: EngineConfig, enable_chunked_prefill: Optional[bool] = None) -> MemoryPlan:
+    plan = memory_layout(config, enable_chunked_prefill)
     if not plan.overridden:
         weights, reserve = plan.weight_bytes, plan.activation_reserve_bytes
         usable = plan.usable_bytes
@@ -135,14 +141,15 @@ def _plan(config: EngineConfig) -> MemoryPlan:
     return plan
 
 
-def memory_layout(config: EngineConfig) -> MemoryPlan:
+def memory_layout(config: EngineConfig,
+                  enable_chunked_prefill: Optional[bool] = None) -> MemoryPlan:
     """The memory as vLLM would lay it out, refusing nothing (`plan_memory` refuses): weights
     that do not fit leave no KV blocks. `diagnose` reads it to say why a config cannot start."""
     model, gpu = lookup(config)
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
     weights = model.weight_bytes // tp
-    reserve = activation_reserve_bytes(model, gpu, config)
+    reserve = activation_reserve_bytes(model, config, enable_chunked_prefill)
     kv_per_token = model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp)
     speculative = config.speculative_config
     drafter = speculative.drafter_model(model) if speculative else None
@@ -160,27 +167,30 @@ def memory_layout(config: EngineConfig) -> MemoryPlan:
 
 # -- advice: each candidate a change of one flag, kept only if the changed config plans ---------
 
-def _advice(config: EngineConfig, remedies: tuple) -> str:
-    advice = [text for text in (_first_that_fits(config, remedy) for remedy in remedies) if text]
+def _advice(config: EngineConfig, remedies: tuple, enable_chunked_prefill: Optional[bool]) -> str:
+    advice = [text for text in (_first_that_fits(config, remedy, enable_chunked_prefill)
+                                for remedy in remedies) if text]
     if not advice:
         return "; no change of one setting servesim can suggest makes it fit"
     return "; any one of these fits: " + ", ".join(advice)
 
 
-def _first_that_fits(config: EngineConfig, remedy: str) -> Optional[str]:
+def _first_that_fits(config: EngineConfig, remedy: str,
+                     enable_chunked_prefill: Optional[bool]) -> Optional[str]:
     """The first candidate of `remedy` that validates and plans, as flag text (GPUs: all)."""
-    fitting = [text for text, changes in CANDIDATES[remedy](config) if _fits(config, changes)]
+    fitting = [text for text, changes in CANDIDATES[remedy](config)
+               if _fits(config, changes, enable_chunked_prefill)]
     if remedy == "gpu" and fitting:
         others = f" (or {', '.join(fitting[1:])})" if fitting[1:] else ""
         return f"--gpu {fitting[0]}{others}"
     return fitting[0] if fitting else None
 
 
-def _fits(config: EngineConfig, changes: dict) -> bool:
+def _fits(config: EngineConfig, changes: dict, enable_chunked_prefill: Optional[bool]) -> bool:
     changed = replace(config, **changes)
     try:
         changed.validate()
-        _plan(changed)
+        _plan(changed, enable_chunked_prefill)
     except ConfigError:
         return False
     return True
@@ -205,19 +215,26 @@ def _gpus(config):
 
 
 def _max_model_lens(config):
-    """The tokens the cache holds now: a sequence that long fits (or more, if lowering
-    max_model_len shrinks the profiling pass and so the activation reserve)."""
+    """The longest max_model_len whose sequence the pool holds. Found by halving the interval:
+    the pool itself changes with max_model_len, which sizes the profiling pass when chunked
+    prefill is off (a shorter cap, a smaller reserve, a larger pool)."""
+    fits, too_long = 0, config.max_model_len
+    while too_long - fits > 1:
+        middle = (fits + too_long) // 2
+        if _holds_one_sequence(replace(config, max_model_len=middle)):
+            fits = middle
+        else:
+            too_long = middle
+    if fits > 0:
+        yield f"--max-model-len {fits}", {"max_model_len": fits}
+
+
+def _holds_one_sequence(config: EngineConfig) -> bool:
     try:
-        tokens = _pool_tokens(config)
+        _plan(config)
     except ConfigError:
-        return
-    if 0 < tokens < config.max_model_len:
-        yield f"--max-model-len {tokens}", {"max_model_len": tokens}
-
-
-def _pool_tokens(config: EngineConfig) -> int:
-    """Tokens the pool holds, whether or not that is a whole sequence."""
-    return _plan(replace(config, max_model_len=1)).kv_cache_tokens
+        return False
+    return True
 
 
 def _kv_cache_dtypes(config):

@@ -6,6 +6,7 @@
     kv-waste      KV waste of contiguous, power-of-two and paged reservations     kv_waste.py
     lesson-check  the lesson's numbers against physics and simulation             lesson_check.py
     diagnose      the scheduler diagnosis: which default limits a config          diagnose.py
+    recommend     the fewest GPUs and flags that serve a target load in the SLO   recommend.py
     presets       the GPU and model presets                                       presets.py
     calibration   the virtual clock against published measurements                calibration.py
 
@@ -28,12 +29,14 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from commands import calibration, compare, diagnose, kv_waste, lesson_check, presets, run, sweep
+from commands import (calibration, compare, diagnose, kv_waste, lesson_check, presets, recommend,
+                      run, sweep)
 from commands.output_files import OutputError
 from config import ConfigError, Knobs
 from workload import WorkloadError
 
-COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, presets, calibration)
+COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, recommend, presets,
+            calibration)
 
 
 @dataclass(frozen=True)

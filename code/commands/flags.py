@@ -296,8 +296,18 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     for mode in modes:
         mode.check(config, name)
     slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
-    return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
+    plan = plan_memory(config, profiled_chunking(modes))
+    return Engine(context.simulate, config, modes, plan, make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
+
+
+def profiled_chunking(modes: list) -> Optional[bool]:
+    """Whose token budget sizes vLLM's profiling pass (gpu_memory.profile_num_tokens) for the
+    one pool these modes share: the continuous mode's when one runs, else None (the larger of
+    both budgets; NAIVE and STATIC run whole prompts, as CONTINUOUS does)."""
+    chunking = {mode.enable_chunked_prefill for mode in modes if hasattr(mode,
+                                                                          "enable_chunked_prefill")}
+    return chunking.pop() if len(chunking) == 1 else None
 
 
 # -- what to show and write ----------------------------------------------------------------------

@@ -39,6 +39,18 @@ def serve_batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
     return 2048, 256
 
 
+SERVE_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.30.0's default (CacheConfig, config/cache.py)
+
+
+def serve_defaults(gpu: GpuSpec, chunked: bool, max_model_len: int) -> dict[str, object]:
+    """The scheduler and memory flags `vllm serve` 0.30.0 sets itself when they are left out,
+    for this GPU, by their argparse names. Without chunked prefill the budget is at least
+    max_model_len (EngineArgs._set_default_max_num_seqs_and_batched_tokens_args)."""
+    budget, seqs = serve_batch_defaults(gpu)
+    return {"max_num_batched_tokens": budget if chunked else max(budget, max_model_len),
+            "max_num_seqs": seqs, "gpu_memory_utilization": SERVE_GPU_MEMORY_UTILIZATION}
+
+
 @dataclass(frozen=True)
 class FlagFact:
     """One engine flag: what it sets in the scheduler, and vLLM's default."""
@@ -110,7 +122,7 @@ def differs_from_vllm(flag: str, config: EngineConfig, chunked: bool, gpu: GpuSp
     budget, seqs = serve_batch_defaults(gpu)
     value = {
         "--tensor-parallel-size": config.tensor_parallel_size != 1,
-        "--gpu-memory-utilization": config.gpu_memory_utilization != 0.92,
+        "--gpu-memory-utilization": config.gpu_memory_utilization != SERVE_GPU_MEMORY_UTILIZATION,
         "--kv-cache-dtype": config.kv_cache_dtype != "auto",
         "--block-size": config.block_size != 16,
         "--num-gpu-blocks-override": config.num_gpu_blocks_override is not None,
