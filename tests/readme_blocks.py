@@ -35,11 +35,12 @@ SKILL = ROOT / "outputs" / "skill-vllm-scheduler-reader.md"  # the lesson's deli
 
 
 def readmes() -> list[Path]:
-    """Every README.md of the project, the top one first (none under .git, .venv or tests/data,
-    whose README describes recorded data, not commands)."""
-    skipped = {".git", ".venv", "data"}
+    """Every README.md of the project, the top one first (none under a hidden folder such as
+    .git, .venv or a tool's cache, nor under tests/data, whose README describes recorded data,
+    not commands)."""
     found = [path for path in ROOT.rglob("README.md")
-             if not skipped & set(path.relative_to(ROOT).parts[:-1])]
+             if not any(part.startswith(".") or part == "data"
+                        for part in path.relative_to(ROOT).parts[:-1])]
     return sorted(found, key=lambda path: (path != README, str(path)))
 
 
