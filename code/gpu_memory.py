@@ -34,7 +34,7 @@ from typing import Optional
 from config import (CUDA_BLOCK_SIZE_MULTIPLE, MAX_NUM_GPU_BLOCKS, MAX_TOKENS, ConfigError,
                     EngineConfig, flag_name, valid_tensor_parallel_sizes)
 from kv_cache import num_blocks_for
-from presets import GPUS, MODELS, GpuSpec, ModelSpec
+from presets import GPUS, GpuSpec, ModelSpec, model_spec, with_precision
 
 GIB = 2**30
 NON_TORCH_MEMORY_BYTES = 1 * GIB  # CUDA context, library workspaces, CUDA graphs (see above)
@@ -63,11 +63,11 @@ class MemoryPlan:
 
 
 def lookup(config: EngineConfig) -> tuple[ModelSpec, GpuSpec]:
-    if config.model not in MODELS:
-        raise ConfigError(f"unknown --model {config.model!r}; choose one of {', '.join(MODELS)}")
+    """The model as --quantization and --dtype load it, and the GPU (the config is validated)."""
     if config.gpu not in GPUS:
         raise ConfigError(f"unknown --gpu {config.gpu!r}; choose one of {', '.join(GPUS)}")
-    return MODELS[config.model], GPUS[config.gpu]
+    model = with_precision(model_spec(config.model), config.quantization, config.dtype)
+    return model, GPUS[config.gpu]
 
 
 def profile_num_tokens(config: EngineConfig, gpu: GpuSpec) -> int:
