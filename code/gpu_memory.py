@@ -89,6 +89,24 @@ def activation_reserve_bytes(model: ModelSpec, gpu: GpuSpec, config: EngineConfi
     return mlp + logits + NON_TORCH_MEMORY_BYTES
 
 
+def sliding_window_reserve_bytes(model: ModelSpec, config: EngineConfig) -> int:
+    """The sliding-window layers' KV (gpt-oss: 128 tokens in half its layers), set aside for
+    every sequence that may run: `max_num_seqs` x (the window's blocks + one being filled).
+
+    vLLM's hybrid KV-cache manager keeps these layers in a KV-cache group of their own and
+    frees a sequence's blocks once they slide out of the window; servesim's pool counts the
+    full-attention layers per token and reserves the window's blocks up front instead (as
+    many as vLLM would hold with every seat taken)."""
+    if model.num_sliding_layers == 0:
+        return 0
+    window_tokens = (num_blocks_for(model.sliding_window, config.block_size) + 1) * config.block_size
+    per_token = model.sliding_kv_bytes_per_token(config.kv_cache_dtype)
+    per_token_per_gpu = per_token * model.kv_bytes_per_token_per_gpu(
+        config.kv_cache_dtype, config.tensor_parallel_size) // model.kv_bytes_per_token(
+        config.kv_cache_dtype)
+    return config.max_num_seqs * window_tokens * per_token_per_gpu
+
+
 def plan_memory(config: EngineConfig) -> MemoryPlan:
     """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit (and,
     as servesim must, a pool of more blocks than it keeps in memory). A refusal names the
@@ -142,7 +160,8 @@ def memory_layout(config: EngineConfig) -> MemoryPlan:
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
     weights = model.weight_bytes // tp
-    reserve = activation_reserve_bytes(model, gpu, config)
+    reserve = (activation_reserve_bytes(model, gpu, config)
+               + sliding_window_reserve_bytes(model, config))
     kv_per_token = model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp)
     speculative = config.speculative_config
     drafter = speculative.drafter_model(model) if speculative else None

@@ -76,3 +76,51 @@ def all_to_all_bytes_per_token(hidden_size: int, experts_per_token: int, ep: int
     other GPUs. Both in 16-bit (DeepEP can dispatch in FP8: half the dispatch bytes)."""
     off_gpu = (ep - 1) / ep
     return 2 * experts_per_token * hidden_size * activation_bytes * off_gpu
+
+
+@dataclass(frozen=True)
+class ExpertStreaming:
+    """What one step's experts cost one GPU, worked out once per run (forward_model.py calls
+    `stream_s` and `all_to_all_s` per step).
+
+    Each GPU holds E / ep whole experts (expert parallelism) or a 1/tp slice of all E (tensor
+    parallelism): either way it reads `bytes_per_expert_per_gpu` for every expert the step's
+    tokens touch, in expectation. The compute on the picked experts is in the clock's active
+    parameters; the shared experts and the router are read every step like dense weights.
+    """
+    num_experts: int
+    experts_per_token: int
+    num_moe_layers: int
+    stream_s_per_expert: float    # one expert of every MoE layer, this GPU's part, seconds
+    all_to_all_s_per_token: float  # expert parallelism: dispatch + combine bytes on the link
+    all_to_all_fixed_s: float      # their latency, every MoE layer, whatever the tokens
+
+    def stream_s(self, num_tokens: int) -> float:
+        """Seconds to read the experts `num_tokens` tokens touch, in every MoE layer."""
+        touched = expected_experts_touched(self.num_experts, self.experts_per_token, num_tokens)
+        return touched * self.stream_s_per_expert
+
+    def all_to_all_s(self, num_tokens: int) -> float:
+        """Dispatch and combine of `num_tokens` tokens' hidden states (0 without EP)."""
+        return num_tokens * self.all_to_all_s_per_token + self.all_to_all_fixed_s
+
+
+def expert_streaming(moe: MoeSpec, hidden_size: int, expert_bytes_per_param: float,
+                     num_gpus: int, bytes_per_s: float, expert_parallel: bool,
+                     link_bytes_per_s: float, activation_bytes: int,
+                     round_s: float) -> ExpertStreaming:
+    """The per-step expert costs of `moe` spread over `num_gpus` GPUs (see ExpertStreaming).
+
+    With expert parallelism each GPU sends its 1/ep share of the step's tokens to the GPUs
+    holding their experts and gets the results back: `all_to_all_bytes_per_token` each, over a
+    link of `link_bytes_per_s`, plus one round of `round_s` per all-to-all.
+    """
+    expert_bytes = moe.num_moe_layers * moe.expert_params(hidden_size) * expert_bytes_per_param
+    per_token_s, fixed_s = 0.0, 0.0
+    if expert_parallel and num_gpus > 1:
+        per_token = all_to_all_bytes_per_token(hidden_size, moe.experts_per_token, num_gpus,
+                                               activation_bytes)
+        per_token_s = moe.num_moe_layers * per_token / num_gpus / link_bytes_per_s
+        fixed_s = moe.num_moe_layers * 2 * round_s
+    return ExpertStreaming(moe.num_experts, moe.experts_per_token, moe.num_moe_layers,
+                           expert_bytes / num_gpus / bytes_per_s, per_token_s, fixed_s)

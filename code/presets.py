@@ -152,6 +152,18 @@ class ModelSpec:
                    + self.num_expert_params * DTYPE_BYTES[self.expert_dtype]
                    + (self.num_embedding_params + self.num_small_params) * 2)
 
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs of one (query, key) pair in every full-attention layer: 4 x heads x head_dim
+        (the score and the weighted value), or MLA's absorbed form (mla.py)."""
+        layers = self.num_full_attention_layers
+        if self.mla is not None:
+            return layers * self.num_heads * self.mla.flops_per_pair_per_head()
+        return 4 * layers * self.num_heads * self.head_dim
+
+    def sliding_attention_flops_per_pair(self) -> int:
+        """The same in the sliding-window layers."""
+        return 4 * self.num_sliding_layers * self.num_heads * self.head_dim
+
     # -- the KV cache --------------------------------------------------------------------------
 
     @property
