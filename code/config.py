@@ -193,6 +193,8 @@ class EngineConfig:
     gpu: str = "h200"                   # ... on the card where it fits (an H100 cannot hold its KV)
     tensor_parallel_size: int = 1       # GPUs the weights and KV are split across
     enable_expert_parallel: bool = False  # MoE: whole experts spread over the GPUs (moe.py)
+    data_parallel_size: int = 1         # with expert parallelism: attention ranks, each with
+    #                                     its own KV and requests, experts over tp x dp GPUs
     quantization: Optional[str] = None  # "fp8": quantize a 16-bit checkpoint at load; None: as
     #                                     the checkpoint ships (its quantization_config)
     dtype: str = "auto"                 # 16-bit type of unquantized weights; auto: torch_dtype
@@ -288,6 +290,7 @@ FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module 
     "gpu": Choice(tuple(GPUS)),
     "tensor_parallel_size": Range(1, MAX_NUM_SEQS, integer=True),  # and the heads rule below
     "enable_expert_parallel": Switch(),
+    "data_parallel_size": Range(1, 64, integer=True, why="8 nodes of 8 GPUs"),
     "quantization": Choice(QUANTIZATIONS, optional=True),
     "dtype": Choice(tuple(DTYPES)),
     "gpu_memory_utilization": Range(0, 1, above_low=True),  # vllm/config/cache.py: gt=0, le=1
@@ -366,6 +369,12 @@ def _check_expert_parallel(config: EngineConfig, name: Callable[[str], str]) -> 
     if config.enable_expert_parallel and model_spec(config.model).moe is None:
         raise ConfigError(f"{name('enable_expert_parallel')}: {config.model} has no experts "
                           "(a dense model); leave the flag out")
+    if config.data_parallel_size > 1 and not config.enable_expert_parallel:
+        raise ConfigError(f"{name('data_parallel_size')} {config.data_parallel_size} without "
+                          f"{name('enable_expert_parallel')}: servesim models data-parallel "
+                          "attention ranks of an expert-parallel MoE model only (engine replicas "
+                          "of any model are not built here); add --enable-expert-parallel or "
+                          "give 1")
 
 
 def _check_long_prefill_threshold(config: EngineConfig, name: Callable[[str], str]) -> None:

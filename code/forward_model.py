@@ -138,10 +138,12 @@ class RooflineClock:
         self.attention_s_per_pair = (model.attention_flops_per_pair() / tp / bf16_flops_per_s)
         self.sliding = sliding_window_cost(model, config, bytes_per_s, bf16_flops_per_s)
         link_bytes_per_s = gpu.interconnect_gbs * 1e9 * LINK_EFFICIENCY
+        self.num_ranks = config.data_parallel_size
         self.experts = None
         if model.moe is not None:
             self.experts = expert_streaming(
-                model.moe, model.hidden_size, DTYPE_BYTES[model.expert_dtype], tp, bytes_per_s,
+                model.moe, model.hidden_size, DTYPE_BYTES[model.expert_dtype],
+                tp * config.data_parallel_size, bytes_per_s,
                 config.enable_expert_parallel, link_bytes_per_s, ACTIVATION_BYTES,
                 ALL_REDUCE_ROUND_S)
         num_all_reduces = num_all_reduces_per_step(model, config) if tp > 1 else 0
@@ -167,11 +169,18 @@ class RooflineClock:
 
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
-        """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences."""
+        """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences.
+
+        With data-parallel attention ranks every rank runs its share of the batch (servesim
+        spreads it evenly: no rank waits for a busier one), and the experts see all of it."""
         weight_s, experts_s = self.weight_stream_s, 0.0
         if self.experts is not None:  # MoE: the experts the tokens touch, their all-to-alls
             weight_s += self.experts.stream_s(num_tokens)
             experts_s = self.experts.all_to_all_s(num_tokens)
+        if self.num_ranks > 1:  # one rank's share of the batch
+            num_tokens, num_seqs, num_pairs, num_context_tokens = (
+                num_tokens / self.num_ranks, num_seqs / self.num_ranks,
+                num_pairs / self.num_ranks, num_context_tokens / self.num_ranks)
         gemm_s = roofline_s(num_tokens * self.gemm_s_per_token
                             + num_seqs * self.lm_head_s_per_seq, weight_s)
         sliding_compute_s, sliding_memory_s = self.sliding.cost_s(num_tokens, num_seqs, num_pairs,

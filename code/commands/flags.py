@@ -65,8 +65,11 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     group.add_argument("--dtype", default=DEFAULTS.dtype, choices=list(DTYPES),
                        help="16-bit type of unquantized weights (default auto: torch_dtype)")
     add_switch(group, "--enable-expert-parallel", default=DEFAULTS.enable_expert_parallel,
-               help="MoE models: whole experts spread over the --tensor-parallel-size GPUs, "
+               help="MoE models: whole experts spread over the tensor x data parallel GPUs, "
                     "two all-to-alls per MoE layer instead of one all-reduce (default off)")
+    group.add_argument("--data-parallel-size", type=int, default=DEFAULTS.data_parallel_size,
+                       metavar="N", help="with --enable-expert-parallel: N attention ranks, each "
+                                         "with its own KV cache and share of the batch (default 1)")
     group.add_argument("--gpu", default=DEFAULTS.gpu, choices=list(GPUS),
                        help=f"GPU preset (default {DEFAULTS.gpu})")
     group.add_argument("--tensor-parallel-size", type=int, default=DEFAULTS.tensor_parallel_size,
