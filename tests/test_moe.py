@@ -148,3 +148,18 @@ def test_max_model_len_above_max_position_embeddings_and_a_second_quantization_a
     fp8 = plan_memory(EngineConfig(model="qwen3-8b", quantization="fp8"))
     assert fp8.weight_bytes < plan_memory(EngineConfig(model="qwen3-8b")).weight_bytes
     assert os.path.isfile(QWEN3_8B_CONFIG)
+
+
+def test_mtp_drafts_with_deepseek_v3s_own_layer_at_its_published_acceptance():
+    plain = results("--model", "deepseek-v3", "--gpu", "h200", "--tensor-parallel-size", "8",
+                    "--max-model-len", "8192")
+    mtp = results("--model", "deepseek-v3", "--gpu", "h200", "--tensor-parallel-size", "8",
+                  "--max-model-len", "8192", "--speculative-config",
+                  '{"method": "mtp", "num_speculative_tokens": 1}')
+    assert mtp["results"][0]["mean_tpot_ms"] < plain["results"][0]["mean_tpot_ms"]
+    assert mtp["results"][0]["spec_decode_num_drafts"] > 0
+    # The MTP layer's weights and its one layer of latent KV come off the pool.
+    assert mtp["config"]["num_gpu_blocks"] < plain["config"]["num_gpu_blocks"]
+    refused = servesim("run", "--model", "qwen3-8b", "--speculative-config",
+                       '{"method": "mtp", "num_speculative_tokens": 1}')
+    assert refused.returncode == 2 and "num_nextn_predict_layers" in refused.stderr
