@@ -163,3 +163,15 @@ def test_mtp_drafts_with_deepseek_v3s_own_layer_at_its_published_acceptance():
     refused = servesim("run", "--model", "qwen3-8b", "--speculative-config",
                        '{"method": "mtp", "num_speculative_tokens": 1}')
     assert refused.returncode == 2 and "num_nextn_predict_layers" in refused.stderr
+
+
+def test_calibration_has_ten_moe_rows_with_sources_and_the_kept_aside_set_within_its_goal():
+    from commands import calibration
+    from main import simulate
+    assert len(calibration.MOE.measurements) >= 10 and calibration.MOE.sources
+    aside = calibration.compare_group(calibration.MOE_ASIDE, simulate)
+    assert len(aside) >= 10
+    assert calibration.median_abs_ln(aside) <= 0.25
+    assert calibration.meets_goal(calibration.MOE_ASIDE, aside)
+    moe_ids = {m.id for m in calibration.MOE.measurements}
+    assert moe_ids.isdisjoint(c.measurement.id for c in aside)
