@@ -149,8 +149,9 @@ class DraftHeadSpec(ModelSpec):
     owns_lm_head: bool = True    # EAGLE-3: loads an LM head of its own
 
     @property
-    def num_linear_params(self) -> int:
-        return super().num_linear_params + self.num_fc_params
+    def num_always_read_params(self) -> int:
+        """The decoder layer's weights and the input projection (read every pass)."""
+        return super().num_always_read_params + self.num_fc_params
 
     @property
     def num_embedding_params(self) -> int:
