@@ -38,6 +38,11 @@ from mla import MlaSpec
 from moe import MoeSpec
 
 
+# The largest count a config may give: Hugging Face's configs hold 32-bit integers, and far
+# larger figures would overflow the clock's floating-point arithmetic.
+MAX_COUNT = 2**31 - 1
+
+
 class ModelConfigError(ValueError):
     """A config.json servesim cannot read; the message is one line naming the key."""
 
@@ -58,7 +63,8 @@ def read_config_json(path: str) -> dict:
     """The file's JSON object, or one line saying why it cannot be read."""
     file_path = config_json_path(path)
     if not os.path.isfile(file_path):
-        raise ModelConfigError(f"{file_path}: no such file (give a model preset, a config.json, "
+        problem = "not a regular file" if os.path.exists(file_path) else "no such file"
+        raise ModelConfigError(f"{file_path}: {problem} (give a model preset, a config.json, "
                                "or a folder holding one)")
     try:
         with open(file_path, encoding="utf-8") as file:
@@ -110,9 +116,9 @@ class Keys:
             if default is None:
                 raise ModelConfigError(f"{self.source}: key {key} missing (a positive integer)")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ModelConfigError(f"{self.source}: key {key} must be an integer >= {low}, "
-                                   f"got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+            raise ModelConfigError(f"{self.source}: key {key} must be an integer in [{low}, "
+                                   f"{MAX_COUNT:,}], got {value!r}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:

@@ -125,7 +125,7 @@ def test_gpt_oss_ships_mxfp4_experts_and_sliding_window_layers():
 @pytest.mark.parametrize("change, says", [
     ({"architectures": ["BertModel"]}, "architectures 'BertModel' is not one servesim reads"),
     ({"hidden_size": None}, "key hidden_size missing"),
-    ({"num_hidden_layers": 0}, "key num_hidden_layers must be an integer >= 1"),
+    ({"num_hidden_layers": 0}, "key num_hidden_layers must be an integer in [1, 2,147,483,647]"),
     ({"num_experts_per_tok": 200}, "num_experts_per_tok 200 is more than num_experts 128"),
     ({"quantization_config": {"quant_method": "gptq"}}, "quant_method 'gptq'"),
 ])
