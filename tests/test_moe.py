@@ -31,6 +31,10 @@ def test_a_dense_config_json_gives_the_same_run_as_the_hand_written_preset():
     by_file = results("--model", LLAMA_8B_CONFIG, "--max-model-len", "8192")
     assert by_file["results"] == by_preset["results"]
     assert by_file["config"]["num_gpu_blocks"] == by_preset["config"]["num_gpu_blocks"]
+    fp8_preset = results("--model", "llama-3.1-8b-fp8", "--max-model-len", "8192")
+    fp8_file = results("--model", LLAMA_8B_CONFIG, "--quantization", "fp8",
+                       "--max-model-len", "8192")
+    assert fp8_file["results"] == fp8_preset["results"] != by_preset["results"]
 
 
 def test_a_preset_and_its_shipped_config_json_are_the_same_model():
