@@ -38,7 +38,7 @@ from typing import Optional
 from config import (CUDA_BLOCK_SIZE_MULTIPLE, MAX_NUM_GPU_BLOCKS, MAX_TOKENS, ConfigError,
                     EngineConfig, flag_name, valid_tensor_parallel_sizes)
 from kv_cache import num_blocks_for
-from presets import GPUS, MODELS, GpuSpec, ModelSpec
+from presets import DTYPE_BYTES, GPUS, GpuSpec, ModelSpec, model_spec, with_precision
 
 GIB = 2**30
 NON_TORCH_MEMORY_BYTES = 1 * GIB  # CUDA context, library workspaces, CUDA graphs (see above)
@@ -54,12 +54,14 @@ class MemoryPlan:
     kv_bytes_per_token: int       # this GPU's shard of one token's keys and values (target's
     #                               layers, and a drafter's)
     block_size: int
-    num_gpu_blocks: int           # KV blocks in the pool
+    num_gpu_blocks: int           # KV blocks in the pool (of every data-parallel rank)
     overridden: bool = False      # num_gpu_blocks came from --num-gpu-blocks-override
+    num_ranks: int = 1            # data-parallel attention ranks pooled into one engine (moe.py)
 
     @property
     def kv_cache_bytes(self) -> int:
-        return self.num_gpu_blocks * self.block_size * self.kv_bytes_per_token
+        """One GPU's KV cache."""
+        return self.num_gpu_blocks // self.num_ranks * self.block_size * self.kv_bytes_per_token
 
     @property
     def kv_cache_tokens(self) -> int:
@@ -67,11 +69,11 @@ class MemoryPlan:
 
 
 def lookup(config: EngineConfig) -> tuple[ModelSpec, GpuSpec]:
-    if config.model not in MODELS:
-        raise ConfigError(f"unknown --model {config.model!r}; choose one of {', '.join(MODELS)}")
+    """The model as --quantization and --dtype load it, and the GPU (the config is validated)."""
     if config.gpu not in GPUS:
         raise ConfigError(f"unknown --gpu {config.gpu!r}; choose one of {', '.join(GPUS)}")
-    return MODELS[config.model], GPUS[config.gpu]
+    model = with_precision(model_spec(config.model), config.quantization, config.dtype)
+    return model, GPUS[config.gpu]
 
 
 def profile_num_tokens(config: EngineConfig, enable_chunked_prefill: Optional[bool]) -> int:
@@ -90,6 +92,24 @@ def activation_reserve_bytes(model: ModelSpec, config: EngineConfig,
     mlp = profile_tokens * 3 * model.intermediate_size * 2 // config.tensor_parallel_size
     logits = config.max_num_seqs * model.vocab_size * LOGITS_BYTES
     return mlp + logits + NON_TORCH_MEMORY_BYTES
+
+
+def sliding_window_reserve_bytes(model: ModelSpec, config: EngineConfig) -> int:
+    """The sliding-window layers' KV (gpt-oss: 128 tokens in half its layers), set aside for
+    every sequence that may run: `max_num_seqs` x (the window's blocks + one being filled).
+
+    vLLM's hybrid KV-cache manager keeps these layers in a KV-cache group of their own and
+    frees a sequence's blocks once they slide out of the window; servesim's pool counts the
+    full-attention layers per token and reserves the window's blocks up front instead (as
+    many as vLLM would hold with every seat taken)."""
+    if model.num_sliding_layers == 0:
+        return 0
+    window_tokens = (num_blocks_for(model.sliding_window, config.block_size) + 1) * config.block_size
+    per_token = model.sliding_kv_bytes_per_token(config.kv_cache_dtype)
+    per_token_per_gpu = per_token * model.kv_bytes_per_token_per_gpu(
+        config.kv_cache_dtype, config.tensor_parallel_size) // model.kv_bytes_per_token(
+        config.kv_cache_dtype)
+    return config.max_num_seqs * window_tokens * per_token_per_gpu
 
 
 def plan_memory(config: EngineConfig, enable_chunked_prefill: Optional[bool] = None) -> MemoryPlan:
@@ -132,7 +152,7 @@ def _plan(config: EngineConfig, enable_chunked_prefill: Optional[bool] = None) -
                 f"the KV cache would have {plan.num_gpu_blocks:,} blocks of {config.block_size}, "
                 f"more than the {MAX_NUM_GPU_BLOCKS:,} servesim keeps in memory",
                 ("larger_block", "fewest_blocks"))
-    if plan.kv_cache_tokens < config.max_model_len:
+    if plan.kv_cache_tokens // plan.num_ranks < config.max_model_len:
         raise DoesNotFit(
             f"the KV cache holds {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks} blocks of "
             f"{config.block_size}), less than one --max-model-len {config.max_model_len} sequence",
@@ -148,8 +168,9 @@ def memory_layout(config: EngineConfig,
     model, gpu = lookup(config)
     tp = config.tensor_parallel_size
     usable = int(gpu.memory_gib * GIB * config.gpu_memory_utilization)
-    weights = model.weight_bytes // tp
-    reserve = activation_reserve_bytes(model, config, enable_chunked_prefill)
+    weights = weight_bytes_per_gpu(model, config)
+    reserve = (activation_reserve_bytes(model, config, enable_chunked_prefill)
+               + sliding_window_reserve_bytes(model, config))
     kv_per_token = model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp)
     speculative = config.speculative_config
     drafter = speculative.drafter_model(model) if speculative else None
@@ -157,12 +178,25 @@ def memory_layout(config: EngineConfig,
         draft_tp = speculative.draft_tp(tp)
         weights += drafter.weight_bytes // draft_tp
         kv_per_token += drafter.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, draft_tp)
+    ranks = config.data_parallel_size
     if config.num_gpu_blocks_override is not None:
         num_blocks = config.num_gpu_blocks_override
     else:
-        num_blocks = max(0, (usable - weights - reserve) // (kv_per_token * config.block_size))
+        num_blocks = ranks * max(0, (usable - weights - reserve)
+                                 // (kv_per_token * config.block_size))
     return MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
-                      overridden=config.num_gpu_blocks_override is not None)
+                      overridden=config.num_gpu_blocks_override is not None, num_ranks=ranks)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, config: EngineConfig) -> int:
+    """This GPU's weights: a 1/tp share of everything; with data-parallel attention ranks
+    (expert parallelism over tp x dp GPUs) the attention and dense weights are each rank's
+    own copy and only the routed experts are spread over all tp x dp GPUs."""
+    tp, dp = config.tensor_parallel_size, config.data_parallel_size
+    if dp == 1:
+        return model.weight_bytes // tp
+    expert_bytes = model.num_expert_params * DTYPE_BYTES[model.expert_dtype]
+    return int((model.weight_bytes - expert_bytes) / tp + expert_bytes / (tp * dp))
 
 
 # -- advice: each candidate a change of one flag, kept only if the changed config plans ---------

@@ -27,6 +27,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Optional
 
+from commands.calibration_moe import MOE_ASIDE_ROWS, MOE_ASIDE_SOURCES, MOE_ROWS, MOE_SOURCES
 from config import EngineConfig
 from forward_model import RooflineClock
 from gpu_memory import plan_memory
@@ -62,8 +63,15 @@ class Measurement:
         """The `python code/main.py run` flags that reproduce this measurement's setup."""
         defaults = EngineConfig()
         parts = [f"--mode {self.mode}"]
-        parts += [f"--{name.replace('_', '-')} {value}" for name, value in self.engine.items()
-                  if value != getattr(defaults, name)]  # EngineConfig fields map 1:1 to flags
+        for name, value in self.engine.items():  # EngineConfig fields map 1:1 to flags
+            # --max-model-len's default follows the model (its max_position_embeddings): said
+            # whenever a row sets it.
+            if value == getattr(defaults, name) and name != "max_model_len":
+                continue
+            if value is True:  # a switch: --enable-expert-parallel
+                parts.append(f"--{name.replace('_', '-')}")
+            else:
+                parts.append(f"--{name.replace('_', '-')} {value}")
         if self.workload:
             parts.append("--dataset-name random")
             parts += [f"{flag} {self.workload[key]}" for key, flag in RANDOM_WORKLOAD_FLAGS.items()
@@ -194,7 +202,14 @@ KV_CAPACITY = Group(
     ),
     ratio_band=(0.90, 1.10))
 
-GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY)
+# Mixture-of-Experts rows (commands/calibration_moe.py), and a set kept aside.
+MOE = Group("moe", "MoE serving: TensorRT-LLM on H200 (DP+EP), vLLM's Mixtral latency",
+            MOE_SOURCES, tuple(Measurement(**row) for row in MOE_ROWS), max_median_abs_ln=0.25)
+MOE_ASIDE = Group("moe-aside", "MoE serving kept aside: TensorRT-LLM on H100 (DP+EP)",
+                  MOE_ASIDE_SOURCES, tuple(Measurement(**row) for row in MOE_ASIDE_ROWS),
+                  max_median_abs_ln=0.25)
+
+GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY, MOE, MOE_ASIDE)
 
 
 @dataclass(frozen=True)

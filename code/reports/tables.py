@@ -28,6 +28,11 @@ GOODPUT_COLUMN = ("request_goodput", "goodput req/s", "{:,.2f}")  # with --goodp
 
 def header_lines(config, plan, model_name, gpu_name, workload) -> list[str]:
     tp = f" x{config.tensor_parallel_size} (TP)" if config.tensor_parallel_size > 1 else ""
+    if config.data_parallel_size > 1:
+        tp = (f" x{config.tensor_parallel_size * config.data_parallel_size} (TP "
+              f"{config.tensor_parallel_size} x DP {config.data_parallel_size} attention ranks)")
+    if config.enable_expert_parallel:
+        tp += ", experts spread over every GPU (EP)"
     lines = [
         f"servesim: {model_name} on {gpu_name}{tp}, {config.forward_model} clock",
         f"KV cache: {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks:,} blocks of "
