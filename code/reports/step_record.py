@@ -38,7 +38,7 @@ class StepRecord:
     start_s: float
     step_s: float
     cost_s: Optional[tuple]          # (weights, KV reads, compute, the rest), s; None: no split
-    arrived: list[str]               # joined WAITING before the step's schedule (rejected ones too)
+    arrived: list[str]               # joined WAITING before the step's schedule
     scheduled: list[tuple]           # (request id, new tokens, drafts), in scheduling order
     admitted: list[str]
     preempted: list[str]
@@ -167,7 +167,7 @@ class StepRecorder:
         running_ids = set(running_before)
         return StepRecord(
             step.index, step.start_s, step.step_s, cost_parts_s(self.clock, batch, step.step_s),
-            [request.request_id for request in arrivals],
+            [request.request_id for request in arrivals if not request.reject_reason],
             [(item.request.request_id, item.num_new_tokens, item.num_draft_tokens)
              for item in batch.scheduled],
             [item.request.request_id for item in batch.scheduled
