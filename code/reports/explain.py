@@ -182,6 +182,7 @@ class ScheduleNotes:
     head_needed: int = 0            # ... the blocks it needed beyond those
     head_free_hits: int = 0         # ... of the cached ones, those nobody held (they count)
     head_free: int = 0              # ... the free blocks then
+    reasons: list = field(default_factory=list)  # explain_schedule's, made right then
 
 
 class ExplainedScheduler(Scheduler):
@@ -224,6 +225,7 @@ class ExplainedScheduler(Scheduler):
         notes.output = output
         if self._looked_at_head(output):
             self._note_head(notes)
+        notes.reasons = explain_schedule(self, notes)  # now, before the step changes anything
         self.notes = notes
         return output
 

@@ -40,8 +40,8 @@ def parse_steps_window(text: str) -> tuple[int, Optional[int]]:
 class PageBudget:
     """Counts the bytes each record adds to the page; refuses the run past PAGE_LIMIT_BYTES."""
 
-    def __init__(self, limit_bytes: int = PAGE_LIMIT_BYTES):
-        self.limit_bytes = limit_bytes
+    def __init__(self, limit_bytes: Optional[int] = None):
+        self.limit_bytes = PAGE_LIMIT_BYTES if limit_bytes is None else limit_bytes
         self.num_bytes = 0
 
     def __call__(self, recorder: StepRecorder, record: StepRecord) -> None:
@@ -51,7 +51,7 @@ class PageBudget:
             fits = max(record.index - first, 1)
             raise PageTooLarge(
                 f"--html: steps {first} to {record.index} already fill the page's "
-                f"{self.limit_bytes // 1_000_000} MB of step data and the run goes on; draw a "
+                f"{self.limit_bytes:,} bytes of step data and the run goes on; draw a "
                 f"window of at most about {fits:,} steps with --html-steps A:B, e.g. "
                 f"--html-steps {first}:{first + fits}")
 

@@ -21,7 +21,7 @@ from typing import Optional
 from batch import EngineStep
 from config import ConfigError
 from forward_model import RooflineClock, SpeculativeClock
-from reports.explain import ExplainedScheduler, Reason, explain_schedule
+from reports.explain import ExplainedScheduler, Reason
 
 
 @dataclass
@@ -142,7 +142,7 @@ class StepRecorder:
         scheduler, batch, result = self.scheduler, step.batch, step.result
         notes = scheduler.notes
         running_before = {state.request.request_id: state for state in notes.running}
-        decisions = explain_schedule(scheduler, notes)
+        decisions = notes.reasons
         for request in arrivals:
             self._know(request)
         for item in batch.scheduled:
