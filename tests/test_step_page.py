@@ -314,3 +314,21 @@ def num_colours(png: bytes) -> int:
         line = raw[row * stride + 1:(row + 1) * stride]  # filtered bytes: enough to tell
         colours.update(line[i:i + channels] for i in range(0, len(line), channels * 5))
     return len(colours)
+
+
+def test_compare_puts_the_continuous_modes_side_by_side(capsys, tmp_path):
+    page, log = tmp_path / "compare.html", tmp_path / "compare.jsonl"
+    code, _, err = servesim_here(capsys, "compare", "--mode", "static,continuous,chunked",
+                                 "--num-prompts", "6", "--html", str(page), "--step-log", str(log))
+    assert code == 0, err
+    import html
+    panes = re.findall(r'<h2>([^<]*)</h2><iframe title="[^"]*" srcdoc="([^"]*)"', page.read_text())
+    assert [name for name, _ in panes] == ["CONTINUOUS", "CONTINUOUS+CHUNKED"]  # STATIC: no pool
+    steps = [json.loads(line)["mode"] for line in log.read_text().splitlines()]
+    for name, srcdoc in panes:
+        data = json.loads(re.search(r"const DATA = (\{.*?\});\n", html.unescape(srcdoc),
+                                    re.S).group(1))
+        assert data["mode"] == name and len(data["steps"]) == steps.count(name)
+    chromium()
+    dom = Elements(open_page(page, "step=3", tmp_path))
+    assert dom.by_id["step-index"]["text"] == "3"

@@ -10,6 +10,7 @@ state. The data is limited to PAGE_LIMIT_BYTES (about 10,000 steps of a busy run
 steps need more is refused in one line, pointing to a window of them (`--html-steps A:B`).
 """
 
+import html
 import json
 import os
 from typing import Optional
@@ -131,6 +132,70 @@ def render_page(data: dict) -> str:
         template = file.read()
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     return template.replace("/*STEP_DATA*/null", payload)
+
+
+SIDE_BY_SIDE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>servesim: the modes side by side, step by step</title>
+<!-- Written by servesim (code/reports/step_page.py). Self-contained: no network, no fonts. -->
+<style>
+body { margin: 0; font: 14px/1.4 system-ui, sans-serif; color: #1d2430; background: #fbfbfc; }
+header { padding: 10px 16px; border-bottom: 1px solid #d9dee5; background: #fff; }
+h1 { font-size: 17px; margin: 0; } #title { color: #5f6b7a; font-size: 12px; white-space: pre-wrap; }
+nav { display: flex; gap: 6px; align-items: center; padding: 8px 16px; background: #f1f4f8; }
+button { font: inherit; padding: 3px 10px; border: 1px solid #b8c2cf; border-radius: 6px; background: #fff; }
+#scrub { flex: 1; } .panes { display: flex; gap: 8px; padding: 8px; }
+.pane { flex: 1; min-width: 0; } .pane h2 { font-size: 13px; margin: 4px 6px; }
+iframe { width: 100%; height: 2400px; border: 1px solid #d9dee5; border-radius: 8px; background: #fff; }
+</style>
+</head>
+<body>
+<header><h1>The modes side by side, step by step</h1><div id="title"></div></header>
+<nav><button id="back">&#9664; step</button><button id="fwd">step &#9654;</button>
+<input id="scrub" type="range" min="0" value="0" aria-label="step">
+<span>step <b id="step-index">0</b> in every mode (each pane also steps on its own)</span></nav>
+<div class="panes">/*PANES*/</div>
+<script>
+"use strict";
+const TITLE = /*TITLE*/null, LAST = /*LAST*/0;
+const frames = [...document.querySelectorAll("iframe")];
+let step = 0;
+function show(k) {
+  step = Math.max(0, Math.min(LAST, k));
+  document.getElementById("step-index").textContent = step;
+  document.getElementById("scrub").value = step;
+  for (const frame of frames) frame.contentWindow.postMessage({ step }, "*");
+  history.replaceState(null, "", "#step=" + step);
+}
+document.getElementById("title").textContent = TITLE.join("\\n");
+document.getElementById("scrub").max = LAST;
+document.getElementById("back").onclick = () => show(step - 1);
+document.getElementById("fwd").onclick = () => show(step + 1);
+document.getElementById("scrub").oninput = e => show(Number(e.target.value));
+document.addEventListener("keydown", e => {
+  if (e.key === "ArrowRight") show(step + 1);
+  if (e.key === "ArrowLeft") show(step - 1);
+});
+const wanted = new URLSearchParams(location.hash.slice(1)).get("step");
+window.addEventListener("load", () => show(wanted === null ? 0 : Number(wanted)));
+</script>
+</body>
+</html>
+"""
+
+
+def render_side_by_side(title_lines: list[str], pages: list[tuple[str, str, int]]) -> str:
+    """compare --html: each mode's page (name, page, its last step) in a pane of one page,
+    stepped together (each page is whole inside its pane: `srcdoc`, nothing fetched)."""
+    panes = "".join(f'<div class="pane"><h2>{html.escape(name)}</h2><iframe title='
+                    f'"{html.escape(name)}" srcdoc="{html.escape(page, quote=True)}"></iframe>'
+                    "</div>" for name, page, _ in pages)
+    last = max(last_step for _, _, last_step in pages)
+    return (SIDE_BY_SIDE.replace("/*PANES*/", panes)
+            .replace("/*TITLE*/null", json.dumps(title_lines).replace("</", "<\\/"))
+            .replace("/*LAST*/0", str(last)))
 
 
 # -- the terminal ----------------------------------------------------------------------------------
