@@ -106,7 +106,8 @@ def test_every_decision_names_the_schedulers_numbers(tmp_path, argv):
         assert sorted(preempted) == sorted(line["preempted"])
         for reason in record.decisions:
             seen[reason.rule] += 1
-            if reason.rule in ("wait_blocks", "wait_blocks_cached", "preempted_self"):
+            if reason.rule in ("wait_blocks", "wait_blocks_cached", "wait_lookahead",
+                               "preempted", "preempted_self"):
                 assert reason.numbers["needed"] > reason.numbers["free"], reason.sentence
             if reason.rule == "wait_max_num_seqs":
                 assert reason.numbers["running"] == recorder.scheduler.max_num_seqs

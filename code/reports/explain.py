@@ -79,8 +79,8 @@ RULES = {
     "after_self_preemption": Rule("not scheduled: request {request} before it preempted itself, "
                                   "which ends the running loop", *RUNNING_LOOP),
     "preempted": Rule("preempted (to be recomputed): the most recently admitted running request, "
-                      "its {freed} blocks freed so that request {request} can take {needed} new "
-                      "blocks ({free} were free)", *PREEMPT),
+                      "its {freed} blocks freed for request {request}, which needs {needed} new "
+                      "blocks with {free} free", *PREEMPT),
     "preempted_self": Rule("preempted itself: it needs {needed} new blocks, {free} are free, and "
                            "nobody admitted after it is left to preempt", *PREEMPT),
     # -- the waiting loop: WAITING first come, first served, if nobody was preempted ------------
@@ -463,8 +463,11 @@ class _Walk:
         cached_tokens = notes.head_hit * s.kv_cache.block_size
         num_new_tokens = min(s._cap_long_prefill(head.num_tokens - cached_tokens), budget)
         lookahead = s._num_lookahead_tokens(cached_tokens + num_new_tokens)
-        needed = num_blocks_for(cached_tokens + num_new_tokens + lookahead,
-                                s.kv_cache.block_size) - notes.head_hit
+        needed = (num_blocks_for(cached_tokens + num_new_tokens + lookahead, s.kv_cache.block_size)
+                  - notes.head_hit + notes.head_free_hits)  # as can_fit counts them
+        if needed <= notes.head_free:
+            raise ExplanationMismatch(f"request {head.request_id} waits for blocks, yet its "
+                                      f"{needed} fit the {notes.head_free} free")
         self.say(head, "wait_lookahead", lookahead=lookahead, needed=needed, free=notes.head_free)
 
     # -- checks against the scheduler --------------------------------------------------------
