@@ -59,6 +59,14 @@ def make_page(tmp_path: Path, argv: list[str], name="run"):
     return page, lines, recorders[0]
 
 
+def servesim_quiet(argv: list[str]) -> tuple[int, str]:
+    import main
+    from commands import cli
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = cli.main(argv, main.simulate, main.knobs())
+    return code, out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def twelve(tmp_path_factory):
     """The page of `run --mode chunked --num-prompts 12`, made once for the tests below."""
@@ -122,6 +130,9 @@ def test_every_decision_names_the_schedulers_numbers(tmp_path, argv):
                 assert [numbers["drafts"], numbers["accepted"]] == line["drafts"][rid]
         finished = [e.request_id for e in record.events if e.rule.startswith("finished")]
         assert finished == line["finished"]
+    plain = tmp_path / "plain.jsonl"  # the page's plain rules decide what the bulk path does
+    code, _ = servesim_quiet(["run", *argv, "--step-log", str(plain)])
+    assert code == 0 and [json.loads(line) for line in plain.read_text().splitlines()] == log
     if argv is MIXED:
         assert seen["preempted"] and seen["hit"] and seen["verified"] and seen["decode_drafts"]
     else:
@@ -180,6 +191,7 @@ def test_a_ten_thousand_step_run_is_held_or_refused_in_one_line(capsys, monkeypa
     (["--mode", "static", "--html", "x.html"], "continuous or chunked"),
     (["--html-steps", "0:10"], "give --html FILE"),
     (["--html", "x.html", "--html-steps", "9:3"], "0 <= A < B"),
+    (["--html", "x.html", "--html-steps", "5000:"], "none in the window"),
     (["--explain", "99999"], "the run has"),
     (["--explain-request", "nobody"], "no request of that id"),
 ])
@@ -250,16 +262,22 @@ class Elements(HTMLParser):
                 if e["parents"] and e["parents"][-1] == container and e["tag"] == tag]
 
 
-@pytest.mark.parametrize("scenario", ["twelve requests", "preempt+prefix+spec"])
+@pytest.mark.parametrize("scenario", ["twelve requests", "preempt+prefix+spec", "a window"])
 def test_every_step_in_the_browser_shows_what_the_scheduler_did(twelve, tmp_path, scenario):
     chromium()
-    page, log, recorder = twelve if scenario == "twelve requests" else make_page(tmp_path, MIXED)
+    page, log, recorder = twelve if scenario != "preempt+prefix+spec" else make_page(tmp_path, MIXED)
+    first = 0
+    if scenario == "a window":  # the page starts from the state when step 100 begins
+        first, page = 100, tmp_path / "window.html"
+        code, _ = servesim_quiet(["run", *TWELVE, "--html", str(page), "--html-steps", "100:160"])
+        assert code == 0
     dom = Elements(open_page(page, "dump", tmp_path))
     assert dom.by_id["errors"]["text"] == ""
     shown = [json.loads(line) for line in dom.by_id["dump"]["text"].splitlines()]
     records = recorder.records
-    assert len(shown) == len(log) == len(records)
-    for number, (view, line, record) in enumerate(zip(shown, log, records)):
+    assert len(records) == len(log) and len(shown) == (60 if first else len(log))
+    for number, view in enumerate(shown, start=first):
+        line, record = log[number], records[number]
         running_after = records[number + 1].running_before if number + 1 < len(records) else []
         assert view["step"] == line["step"] == number
         assert view["scheduled"] == line["scheduled"]

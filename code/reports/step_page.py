@@ -91,6 +91,9 @@ def _us(seconds: Optional[float]):
 
 def page_data(recorder: StepRecorder, title_lines: list[str], config) -> dict:
     """Everything the page shows, as JSON-ready data."""
+    if not recorder.records:
+        raise ConfigError(f"--html-steps: {recorder.name} ran {recorder.num_steps} steps (0 to "
+                          f"{recorder.num_steps - 1}), none in the window asked for")
     places = {request_id: place for place, request_id in enumerate(recorder.requests)}
     start = recorder.start
     scheduler = recorder.scheduler
