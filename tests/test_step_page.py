@@ -21,7 +21,7 @@ import pytest
 
 from conftest import servesim_here
 from reports import step_page
-from reports.explain import RULES
+from reports.reasons import RULES
 from reports.step_record import StepRecorder
 
 SPECULATION = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '

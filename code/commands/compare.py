@@ -90,7 +90,7 @@ def run_compare(args: argparse.Namespace, context) -> str:
         if outputs.html:
             title = engine.title_lines(workload)
             files.add_text(outputs.html, render_side_by_side(title, [
-                (run.name, render_page(page_data(run.steps, title, engine.config)),
+                (run.name, render_page(page_data(run.steps, title)),
                  run.steps.num_steps - 1) for run in runs if run.steps]))
         if outputs.format == "json":
             return tables.to_json(engine.config, engine.plan, workload, results, recorders)

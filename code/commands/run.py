@@ -103,7 +103,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         require_completions(recorder)
         if outputs.html:
             files.add_text(outputs.html, render_page(page_data(
-                mode_run.steps, engine.title_lines(workload), engine.config)))
+                mode_run.steps, engine.title_lines(workload))))
         first_arrival_s = min(r.arrival_s for r in recorder.completed())
         metrics = serving_metrics(recorder, outputs.percentiles, engine.slos_ms,
                                   peak_output_tokens_per_s(mode_run.series, first_arrival_s))

@@ -16,7 +16,7 @@ import os
 from typing import Optional
 
 from config import ConfigError
-from reports.explain import RULES, VLLM_SOURCE, Reason
+from reports.reasons import RULES, VLLM_SOURCE, Reason
 from reports.step_record import PageTooLarge, StepRecord, StepRecorder
 
 PAGE_LIMIT_BYTES = 5_000_000  # of step data: a page of a few MB opens in a second or two
@@ -89,7 +89,7 @@ def _us(seconds: Optional[float]):
     return None if seconds is None else round(seconds * 1e6)
 
 
-def page_data(recorder: StepRecorder, title_lines: list[str], config) -> dict:
+def page_data(recorder: StepRecorder, title_lines: list[str]) -> dict:
     """Everything the page shows, as JSON-ready data."""
     if not recorder.records:
         raise ConfigError(f"--html-steps: {recorder.name} ran {recorder.num_steps} steps (0 to "

@@ -21,7 +21,8 @@ from typing import Optional
 from batch import EngineStep
 from config import ConfigError
 from forward_model import RooflineClock, SpeculativeClock
-from reports.explain import ExplainedScheduler, Reason
+from reports.explain import ExplainedScheduler
+from reports.reasons import Reason
 
 
 @dataclass
