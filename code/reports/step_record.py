@@ -98,6 +98,7 @@ class StepRecorder:
         self.size_limit = size_limit
         self.keep_queues = keep_queues
         self.scheduler: Optional[ExplainedScheduler] = None
+        self.num_blocks = 0  # the pool's, once the scheduler is made
         self.records: list[StepRecord] = []
         self.start: Optional[WindowStart] = None
         self.requests: dict[str, RequestInfo] = {}
