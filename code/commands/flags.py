@@ -349,6 +349,7 @@ class Outputs:
     step_log: Optional[str] = None              # --step-log FILE
     save_detailed: Optional[str] = None         # --save-detailed FILE
     block_table: Optional[str] = None           # --block-table ID (run only)
+    html: Optional[str] = None                  # --html FILE (run and compare)
     percentiles: list[float] = field(default_factory=lambda: [99.0])
     percentile_metrics: list[str] = field(default_factory=lambda: list(PERCENTILE_METRICS))
     input_paths: list[tuple[str, str]] = field(default_factory=list)  # (flag, path) of files
@@ -357,7 +358,7 @@ class Outputs:
     def file_paths(self) -> list[tuple[str, str]]:
         """(flag, path) of every file to write."""
         paths = (("--svg", self.svg), ("--save-detailed", self.save_detailed),
-                 ("--step-log", self.step_log))
+                 ("--step-log", self.step_log), ("--html", self.html))
         return [(flag, path) for flag, path in paths if path is not None]
 
 
@@ -367,6 +368,7 @@ def outputs_from_args(args: argparse.Namespace) -> Outputs:
     outputs = Outputs(format=args.format, svg=args.svg,
                       step_log=getattr(args, "step_log", None),
                       save_detailed=getattr(args, "save_detailed", None),
+                      html=getattr(args, "html", None),
                       input_paths=[(flag, getattr(args, name)) for flag, name in INPUT_FLAGS
                                    if getattr(args, name, None) is not None])
     if getattr(args, "timeline", None) is not None or getattr(args, "timeline_at", None):
