@@ -274,6 +274,16 @@ GUIDANCE = {
     "G10": (PLAIN["prefix_cache_off"], {"--enable-prefix-caching"}),
     # G13: one seat: every request waits for the one before it
     "G13": (["--max-num-seqs", "1", "--num-prompts", "20"], {"--max-num-seqs"}),
+    # G5: a 16-bit 70B model on one 80 GB card does not start: split it with TP
+    "G5": (["--model", "llama-3.3-70b", "--gpu", "h100-sxm5", "--num-prompts", "20"],
+           {"--tensor-parallel-size", "--max-model-len", "--max-num-seqs"}),
+    # G9: a draft model accepted 30% of the time under 100 clients and a tight per-token SLO:
+    # the drafts' compute costs more than it saves, so speculation goes off
+    "G9": (["--model", "llama-3.1-8b", "--gpu", "h100-sxm5", "--dataset-name", "random",
+            "--random-input-len", "200", "--random-output-len", "100", "--num-prompts", "100",
+            "--max-concurrency", "100", "--speculative-config",
+            '{"model": "llama-3.2-1b", "num_speculative_tokens": 4}', "--spec-acceptance-rate",
+            "0.3", "--goodput", "tpot:12"], {"--speculative-config"}),
 }
 
 
@@ -461,3 +471,12 @@ def test_a_deployment_observed_inside_its_slo_gets_no_advice(tmp_path):
                                 "mean_itl_ms": 30.0}))
     found = diagnosis(*PLAIN["batching_stall"], "--observed", str(slow))
     assert found["observed_meets_slo"] is False and found["recommendations"]
+
+
+def test_speculation_that_costs_more_than_it_saves_is_turned_off():
+    found = diagnosis(*GUIDANCE["G9"][0])
+    assert found["bottleneck"] == "speculation_overhead"
+    first = found["recommendations"][0]
+    assert first["flags"]["--speculative-config"] is None  # off, not a different k
+    before, after = first["also"]["mean_tpot_ms"]
+    assert after < before

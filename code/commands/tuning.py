@@ -329,7 +329,10 @@ def speculation_candidates(run) -> list[list[Change]]:
             return []
         return [[_speculative({"method": "eagle3", "model": EAGLE3_HEADS[config.model],
                                "num_speculative_tokens": NUM_DRAFTS})]]
-    options = [[Change("--speculative-config", None, "speculative_config", None)]]
+    off = [Change("--speculative-config", None, "speculative_config", None)]
+    if getattr(run.args, "spec_acceptance_rate", None) is not None:  # it needs speculation
+        off.append(Change("--spec-acceptance-rate", None, "spec_acceptance_rate", None))
+    options = [off]
     original = json.loads(run.args.speculative_config)
     for k in (speculative.num_speculative_tokens + 1, speculative.num_speculative_tokens - 1):
         if k >= 1:
