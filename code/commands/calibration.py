@@ -263,12 +263,33 @@ def _azure_ratio(gpu: str, model: str, index: int) -> Measurement:
         workload=dict(input_len=input_len, output_len=output_len, num_prompts=1000))
 
 
+# Oracle's OCI blog "Serving Llama 3.1 405B model with AMD MI300X GPUs" (blogs.oracle.com/
+# cloud-infrastructure, 2024): vLLM's benchmark_latency on 8 x MI300X, Llama 3.1 405B FP8, 128
+# tokens in and out, the whole batch's average latency at batch 1-256. vLLM's ROCm build of 2024:
+# V0.
+ORACLE_405B_S = ((1, 3.530), (2, 3.583), (4, 3.734), (8, 3.974), (16, 4.375), (32, 5.130),
+                 (64, 6.919), (128, 10.340), (256, 17.750))
+
+
+def _oracle_latency(batch: int, published_s: float) -> Measurement:
+    return Measurement(
+        f"O{batch}", f"405B FP8, 8x MI300X, batch of {batch}, 128/128: latency",
+        1000 * published_s, "ms", "duration_ms",
+        dict(model="llama-3.1-405b-fp8", gpu="mi300x", tensor_parallel_size=8,
+             max_model_len=4096, **VLLM_V0), "vLLM 0.6 (V0, ROCm)",
+        workload=dict(input_len=128, output_len=128, num_prompts=batch))
+
+
 KEPT_ASIDE = Group(
-    "kept aside", "vLLM throughput, another GPU over the H100 (no constant was fixed on these)",
-    ("H8-*, H70-*, M8-*, M70-*: Azure AI benchmarking guide, Azure_Results/ND_{H100,H200,MI300X}_v5_results.md, "
-     "vLLM tables (1,000 requests); ratio = servesim's GPU/H100 over the published GPU/H100",),
+    "kept aside", "vLLM on H100, H200 and MI300X (no constant was fixed on these)",
+    ("H8-*, H70-*, M8-*, M70-*: Azure AI benchmarking guide, Azure_Results/ND_{H100,H200,MI300X}"
+     "_v5_results.md, vLLM tables (1,000 requests); ratio = servesim's GPU/H100 over the "
+     "published GPU/H100",
+     "O1-O256: Oracle Cloud Infrastructure blog, 'Serving Llama 3.1 405B model with AMD MI300X "
+     "GPUs' (2024), vLLM benchmark_latency, 128/128"),
     tuple(_azure_ratio(gpu, model, index) for gpu in AZURE_GPU_NAMES for model in AZURE_MODELS
-          for index in range(len(AZURE_WORKLOADS))),
+          for index in range(len(AZURE_WORKLOADS)))
+    + tuple(_oracle_latency(batch, published_s) for batch, published_s in ORACLE_405B_S),
     max_median_abs_ln=0.15, max_worst_abs_ln=0.40)
 
 GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY, KEPT_ASIDE)
