@@ -10,12 +10,18 @@ forward pass over a batch does two kinds of work, each bounded by two limits (a 
 
 and some work whose time does not depend on how many tokens the step carries:
 
-    step time = roofline(GEMM FLOPs / compute, weight bytes / bandwidth)
-              + roofline(attention FLOPs / compute, KV bytes / bandwidth)
-              + all-reduces (tensor parallelism: twice per layer)
-              + layers x a fixed cost per layer + a fixed cost per step
+    GPU  = roofline(GEMM FLOPs / compute, weight bytes / bandwidth)    gemm_s
+         + roofline(attention FLOPs / compute, KV bytes / bandwidth)   attention_s
+         + all-reduces (tensor parallelism: twice per layer)           all_reduces_s
+         + layers x a fixed cost per layer + a fixed cost per step     fixed_s
+    CPU  = the engine's own work around the step, by vLLM version     cpu_s (engine_overhead.py)
+    step = GPU + CPU (sync), or max(GPU, CPU) (async scheduling)
 
     roofline(c, m) = (c^p + m^p)^(1/p),  p = ROOFLINE_SHARPNESS
+
+compute and bandwidth are what the GPU reaches, not its datasheet: each GPU preset carries its
+own GEMM and copy-kernel shares from microbenchmarks (presets.Achievable), and the all-reduce is
+the implementation vLLM picks for the message (its custom kernel, or NCCL/RCCL's ring).
 
 The ideal roofline is max(c, m) (p infinite): moving bytes and computing hide entirely behind
 each other. A step is a dozen kernels per layer, and inside each the two overlap only in part.
@@ -26,13 +32,13 @@ A decode step of 64 requests reads the 70 GB of weights once, as a step of one d
 far less than 64 steps of one. A 2,000-token prefill does 2,000 tokens of GEMM FLOPs: far more
 than one decode step. Continuous batching wins because of that asymmetry.
 
-Every constant below is global: the same for every model and GPU, each fixed by the published
-measurements `python code/main.py calibration` replays (README: "How close is the clock?").
+Every constant below is the same for every model and GPU and names where it comes from; the
+per-GPU figures live in presets.py with theirs (code/README.md: "The clock", "How close is the
+clock?"; `python code/main.py calibration` replays published measurements against it).
 With speculative decoding (`SpeculativeClock`) the batch already holds the drafts to verify,
 1 + k tokens per decode, and the proposer's passes are priced by this same clock run on the
-drafter's shapes. Left out: activations' own memory traffic, the attention kernel's tiling,
-CPU-side work that grows with the batch (Python scheduling, detokenization), HTTP and
-tokenization. `LinearClock` is the lesson toy's clock, kept to show why its table came out
+drafter's shapes. Left out: activations' own memory traffic, the attention kernel's tiling and
+its own efficiency, HTTP and tokenization. `LinearClock` is the lesson toy's clock, kept to show why its table came out
 upside down: it charges every decode token a fixed cost, as if a GPU had no weights to share.
 """
 

@@ -9,7 +9,7 @@ from conftest import ROOT
 
 CODE = ROOT / "code"
 SHELL_FOLDERS = {"commands", "reports", "traces"}
-MAX_ENGINE_MODULES = 18
+MAX_ENGINE_MODULES = 19  # + engine_overhead.py: the engine's CPU work by vLLM version
 
 
 def engine_modules() -> list[str]:
