@@ -122,3 +122,18 @@ def test_presets_names_the_source_of_every_preset():
     sources = text.split("\nSources\n")[1]
     for key, preset in [*GPUS.items(), *MODELS.items()]:
         assert preset.source and f"\n{key}: " in "\n" + sources, key
+
+
+def test_presets_says_which_gpus_have_no_measurement_behind_their_achievable_shares():
+    from commands.presets import presets_tables
+    from presets import GPUS
+    lines = presets_tables()
+    start = next(i for i, line in enumerate(lines) if line.startswith("What each GPU reaches"))
+    rows = {line.split()[0]: line for line in lines[start + 2:start + 2 + len(GPUS)]}
+    assert set(rows) == set(GPUS)
+    for key, gpu in GPUS.items():
+        assert ("NO: borrowed" in rows[key]) == (not gpu.achievable.measured), key
+        assert not gpu.achievable.measured or "no measurement" not in gpu.achievable.source
+        if not gpu.achievable.measured:
+            assert gpu.achievable.source.startswith("no measurement: "), key
+    assert not GPUS["mi325x"].achievable.measured and GPUS["mi300x"].achievable.measured

@@ -10,7 +10,12 @@ from presets import GPUS, MODELS
 def add_parser(subparsers, knobs) -> None:
     parser = subparsers.add_parser("presets", help="list the GPU and model presets",
                                    description="Every GPU and model preset with derived figures: "
-                                               "parameters, weight GiB, KV bytes per token.")
+                                               "parameters, weight GiB, KV bytes per token; what "
+                                               "each GPU reaches of its peaks (GEMM and HBM "
+                                               "shares, roofline corner in FLOP per byte, "
+                                               "all-reduce fixed costs in us and ring bandwidth "
+                                               "in GB/s) and whether it was measured; the vLLM "
+                                               "versions' CPU costs per step.")
     parser.set_defaults(command=run_presets)
 
 
