@@ -309,13 +309,20 @@ class Comparison:
         return abs(math.log(self.ratio))
 
 
-def servesim_figure(measurement: Measurement, simulate) -> float:
+def servesim_figure(measurement: Measurement, simulate,
+                    baselines: Optional[dict] = None) -> float:
     """The figure servesim gives for a measurement's setup: a run's result, or the KV pool; for
-    a ratio row, its run's figure over the baseline's."""
+    a ratio row, its run's figure over the baseline's. `baselines`, speed only: baseline figures
+    already served, by setup (ratio rows of two GPUs share the H100's)."""
     figure = _figure_of(measurement, measurement.config(), simulate)
     if measurement.baseline is None:
         return figure
-    return figure / _figure_of(measurement, EngineConfig(**measurement.baseline), simulate)
+    baselines = {} if baselines is None else baselines
+    key = (tuple(sorted(measurement.baseline.items())), tuple(sorted(measurement.workload.items())),
+           measurement.mode, measurement.result_field)
+    if key not in baselines:
+        baselines[key] = _figure_of(measurement, EngineConfig(**measurement.baseline), simulate)
+    return figure / baselines[key]
 
 
 def _figure_of(measurement: Measurement, config: EngineConfig, simulate) -> float:
@@ -330,7 +337,8 @@ def _figure_of(measurement: Measurement, config: EngineConfig, simulate) -> floa
 
 
 def compare_group(group: Group, simulate) -> list[Comparison]:
-    return [Comparison(m, servesim_figure(m, simulate)) for m in group.measurements]
+    baselines: dict = {}  # speed only: each baseline run served once for the group
+    return [Comparison(m, servesim_figure(m, simulate, baselines)) for m in group.measurements]
 
 
 def median_abs_ln(comparisons: list[Comparison]) -> float:
