@@ -42,7 +42,6 @@ its own efficiency, HTTP and tokenization. `LinearClock` is the lesson toy's clo
 upside down: it charges every decode token a fixed cost, as if a GPU had no weights to share.
 """
 
-import math
 from dataclasses import replace
 from typing import Optional
 
