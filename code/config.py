@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 if TYPE_CHECKING:  # spec_decode imports this module for ConfigError
     from spec_decode import SpeculativeConfig
 
+from engine_overhead import DEFAULT_VERSION, VERSIONS
 from model_config import ModelConfigError
 from presets import DTYPES, GPUS, MODELS, QUANTIZATIONS, checkpoint_quantization, model_spec
 
@@ -222,6 +223,10 @@ class EngineConfig:
     batching_window_ms: float = 10.0    # STATIC: how long the oldest request waits for a full batch
     # -- the virtual clock (forward_model.py) --
     forward_model: str = "roofline"     # "roofline" (honest) or "linear" (the lesson toy's clock)
+    vllm_version: str = DEFAULT_VERSION  # whose CPU work per step the clock adds
+    #                                     (engine_overhead.py): "0.6" (V0), "0.18.0", "0.30.0"
+    async_scheduling: bool = True       # the CPU's work for step n+1 overlaps step n on the GPU
+    #                                     (vLLM 0.30.0's default; --no-async-scheduling: sync)
     linear_step_ms: float = 0.2         # linear clock: fixed cost per step (the toy's constant)
     linear_prefill_token_ms: float = 0.04  # linear clock: per prompt token in the step
     linear_decode_token_ms: float = 0.5    # linear clock: per decode token in the step
@@ -248,6 +253,7 @@ class EngineConfig:
         _check_expert_parallel(self, name)
         _check_long_prefill_threshold(self, name)
         _check_linear_clock_moves(self, name)
+        _check_async_scheduling_exists(self, name)
         if self.speculative_config is not None:  # its own keys, the target's model and TP
             self.speculative_config.validate(self.model, self.tensor_parallel_size)
 
@@ -308,6 +314,8 @@ FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module 
     "speculative_config": Parsed("parse_speculative_config (commands/speculative_flag.py)"),
     "batching_window_ms": Range(0, MAX_MS, **_MS),
     "forward_model": Choice(("roofline", "linear")),
+    "vllm_version": Choice(tuple(VERSIONS)),
+    "async_scheduling": Switch(),
     "linear_step_ms": Range(0, MAX_MS, **_MS),
     "linear_prefill_token_ms": Range(0, MAX_MS, **_MS),
     "linear_decode_token_ms": Range(0, MAX_MS, **_MS),
@@ -385,6 +393,17 @@ def _check_long_prefill_threshold(config: EngineConfig, name: Callable[[str], st
             f"{name('long_prefill_token_threshold')} {config.long_prefill_token_threshold} is "
             f"above {name('max_model_len')} {config.max_model_len} (vLLM refuses this); give at "
             f"most {config.max_model_len}, or 0 to turn the cap off")
+
+
+def _check_async_scheduling_exists(config: EngineConfig, name: Callable[[str], str]) -> None:
+    """vLLM V0 has no async scheduler (it came with V1, vLLM PR #19970)."""
+    version = VERSIONS[config.vllm_version]
+    if config.async_scheduling and not version.has_async_scheduling:
+        raise ConfigError(
+            f"{name('async_scheduling')} is on, but vLLM {version.version} ({version.generation}) "
+            f"has no async scheduling; turn it off (--no-async-scheduling) or choose "
+            f"{name('vllm_version')} from "
+            f"{', '.join(v for v, e in VERSIONS.items() if e.has_async_scheduling)}")
 
 
 def _check_linear_clock_moves(config: EngineConfig, name: Callable[[str], str]) -> None:

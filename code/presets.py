@@ -24,15 +24,66 @@ DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "mxfp4": 4.25 / 8}
 
 
 @dataclass(frozen=True)
+class Achievable:
+    """What a GPU and its software stack really reach, as shares of the datasheet's peaks.
+
+    A datasheet peak is a clock rate times units; a GEMM library on a real card under power
+    limits reaches a share of it, and that share belongs to the GPU and its stack (cuBLASLt,
+    hipBLASLt), not to all GPUs: an FP8 GEMM of 8192^3 reaches 65% of an H100's peak and 44% of
+    an MI300X's in the same cloud's suite. The clock multiplies these shares by a serving factor
+    of its own (forward_model.py), the same for every GPU.
+    """
+    gemm_16bit: float            # share of the BF16 peak a large GEMM reaches (8192^3)
+    gemm_fp8: Optional[float]    # share of the FP8 peak; None where the GPU has no FP8
+    hbm: float                   # share of the memory bandwidth a copy kernel (STREAM) reaches
+    measured: bool               # False: no microbenchmark of this GPU; borrowed, see source
+    source: str
+
+
+@dataclass(frozen=True)
+class AllReduceSpec:
+    """A GPU family's all-reduce, as published tables measured it (forward_model.py picks the
+    implementation by message size): vLLM's custom all-reduce for small messages within a node,
+    NCCL's / RCCL's ring for large ones."""
+    custom_latency_us: float     # vLLM's one-shot/two-shot kernel, a decode-sized message
+    custom_bus_gbs: float        # its bus bandwidth as the message grows (1 MB)
+    ring_latency_us: float       # NCCL/RCCL all-reduce of 1 KB at 8 GPUs: its fixed cost
+    ring_bus_gbs: float          # NCCL/RCCL bus bandwidth at a 32 MB message (a long prefill's)
+    peer_to_peer: bool           # NVLink / Infinity Fabric between all GPUs: custom all-reduce at
+    #                              any TP; False (PCIe): vLLM uses it only at TP 2
+    measured: bool
+    source: str
+
+
+@dataclass(frozen=True)
 class GpuSpec:
     name: str
+    vendor: str                  # "NVIDIA" or "AMD": its software stack and collective library
     memory_gib: float            # total as torch.cuda reports it (the driver keeps a little)
     memory_bandwidth_gbs: float  # HBM/GDDR bandwidth, GB/s (10^9 bytes per second)
     bf16_tflops: float           # dense BF16 tensor-core peak, 10^12 FLOP/s
     fp8_tflops: Optional[float]  # dense FP8 peak; None: no FP8 tensor cores (FP8 weights are
     #                              upcast and multiplied at the BF16 rate, as vLLM's Marlin does)
     interconnect_gbs: float      # GPU-to-GPU bandwidth per direction, GB/s (tensor parallelism)
+    achievable: Achievable       # what its kernels reach of the peaks above, and the source
+    all_reduce: AllReduceSpec    # its collectives, and the source
     source: str                  # where the figures come from (`presets` prints it)
+    fp4_tflops: Optional[float] = None  # dense FP4 peak (Blackwell, MI355X): a datasheet figure
+    #                                     `presets` prints; no preset model has FP4 weights yet
+
+    @property
+    def achievable_fp8_tflops(self) -> Optional[float]:
+        if self.fp8_tflops is None:
+            return None
+        return self.fp8_tflops * self.achievable.gemm_fp8
+
+    @property
+    def achievable_bf16_tflops(self) -> float:
+        return self.bf16_tflops * self.achievable.gemm_16bit
+
+    @property
+    def achievable_bandwidth_gbs(self) -> float:
+        return self.memory_bandwidth_gbs * self.achievable.hbm
 
 
 @dataclass(frozen=True)
@@ -208,54 +259,236 @@ class ModelSpec:
 # GPUs. Peaks from each vendor's datasheet, dense (the sparsity figures halved); memory_gib from
 # torch's out-of-memory messages ("GPU 0 has a total capacity of ... GiB") seen on those cards;
 # interconnect per direction (NVLink totals are quoted for both directions together).
+#
+# Achievable shares and all-reduce tables: one benchmark suite run on one cloud for six GPUs, the
+# Azure AI benchmarking guide's published results (github.com/samuel-bohman/AI-benchmarking-guide,
+# Azure_Results/ND_<GPU>_results.md, MIT licence): cuBLASLt / hipBLASLt GEMM of 8192^3 with
+# random data, STREAM copy bandwidth, and nccl-tests / rccl-tests all_reduce_perf bus bandwidth
+# from 1 KB to 8 GB at 8 GPUs. A GPU the suite did not run borrows a like GPU's shares and says
+# so (`measured=False`: `presets` marks it).
+_AZURE = "Azure AI benchmarking guide, Azure_Results/"
+
+
+def _azure(file: str, what: str) -> str:
+    return f"{_AZURE}{file}: {what}"
+
+
+# The only 16-bit GEMM in the suite is the A100's FP16 (253.7 of 312 TFLOP/s): Hopper and
+# Blackwell 16-bit shares borrow it (the suite ran them at FP8 only).
+_A100_FP16_SHARE = 253.7 / 312.0
+_H100_ACHIEVABLE = Achievable(
+    gemm_16bit=_A100_FP16_SHARE, gemm_fp8=1290.1 / 1978.9, hbm=2.90 / 3.35, measured=True,
+    source=_azure("ND_H100_v5_results.md", "FP8 GEMM 8192^3 1,290.1 TFLOP/s (65%), copy 2.90 "
+                  "TB/s (87%); 16-bit: the A100's FP16 share (81%), not run on H100"))
+_H200_ACHIEVABLE = Achievable(
+    gemm_16bit=_A100_FP16_SHARE, gemm_fp8=1300.6 / 1978.9, hbm=4.01 / 4.8, measured=True,
+    source=_azure("ND_H200_v5_results.md", "FP8 GEMM 8192^3 1,300.6 TFLOP/s (66%), copy 4.01 "
+                  "TB/s (84%); 16-bit: the A100's FP16 share"))
+_A100_ACHIEVABLE = Achievable(
+    gemm_16bit=_A100_FP16_SHARE, gemm_fp8=None, hbm=1.61 / 2.039, measured=True,
+    source=_azure("ND_A100_v4_results.md", "FP16 GEMM 8192^3 253.7 TFLOP/s (81%), copy 1.61 "
+                  "TB/s (79%)"))
+_GB200_ACHIEVABLE = Achievable(
+    gemm_16bit=_A100_FP16_SHARE, gemm_fp8=2848.0 / 5000.0, hbm=4.01 / 4.8, measured=True,
+    source=_azure("ND_GB200_v6_results.md", "FP8 GEMM 8192^3 2,848.0 TFLOP/s (57% of 5,000); "
+                  "HBM not run there: the H200's copy share (84%); 16-bit: the A100's FP16 share"))
+_MI300X_ACHIEVABLE = Achievable(
+    gemm_16bit=1159.23 / 2614.9, gemm_fp8=1159.23 / 2614.9, hbm=4.11 / 5.3, measured=True,
+    source=_azure("ND_MI300X_v5_results.md", "hipBLASLt FP8 GEMM 8192^3 1,159.2 TFLOP/s (44%), "
+                  "copy 4.11 TB/s (78%); 16-bit not run: the FP8 share assumed"))
+
+
+def _borrowed(achievable: Achievable, why: str) -> Achievable:
+    """A GPU the suite did not run: a like GPU's shares, saying which and why."""
+    return replace(achievable, measured=False, source=f"no measurement: {why}")
+
+
+# All-reduce. NCCL's / RCCL's fixed cost: the 1 KB row of each table (1 KB x 2 x 7/8 moved at
+# the bus bandwidth printed: H100 0.07 GB/s is 25.6 us); its bandwidth: the 32 MB row, about a
+# 2,048-token prefill's message on a 70B model. vLLM's custom all-reduce on H100 at TP 2-8 and
+# 0.5-32 KB takes 8.5-11.8 us (SGLang PR #2904, "unit test performance in H100", the vLLM
+# kernel's table, outside CUDA graphs): 10 us; at 1 MB and TP 8 45.0 us, a bus bandwidth of
+# 1 MiB x 1.75 / 35 us = 52 GB/s. No published figure for it elsewhere: other GPUs borrow it,
+# scaled by their ring's fixed cost and bandwidth against the H100's where those are measured.
+_CUSTOM_H100_US = 10.0
+_CUSTOM_H100_BUS_GBS = 2**20 * 1.75 / 35e-6 / 1e9
+_CUSTOM_SOURCE = ("custom all-reduce 10 us, 52 GB/s: vLLM's kernel on H100 at TP 2-8, SGLang PR "
+                  "#2904")
+_H100_ALL_REDUCE = AllReduceSpec(
+    custom_latency_us=_CUSTOM_H100_US, custom_bus_gbs=_CUSTOM_H100_BUS_GBS,
+    ring_latency_us=1024 * 1.75 / 0.07e9 * 1e6,
+    ring_bus_gbs=295.53, peer_to_peer=True, measured=True,
+    source=_azure("ND_H100_v5_results.md", "NCCL 1 KB 0.07 GB/s, 33 MB 295.5 GB/s; ")
+    + _CUSTOM_SOURCE)
+_H200_ALL_REDUCE = AllReduceSpec(
+    custom_latency_us=_CUSTOM_H100_US, custom_bus_gbs=_CUSTOM_H100_BUS_GBS,
+    ring_latency_us=1024 * 1.75 / 0.06e9 * 1e6,
+    ring_bus_gbs=300.91, peer_to_peer=True, measured=True,
+    source=_azure("ND_H200_v5_results.md", "NCCL 1 KB 0.06 GB/s, 33 MB 300.9 GB/s; ")
+    + _CUSTOM_SOURCE + " (the H100's)")
+_A100_RING_US = 1024 * 1.75 / 0.04e9 * 1e6
+_A100_ALL_REDUCE = AllReduceSpec(
+    custom_latency_us=_CUSTOM_H100_US * _A100_RING_US / _H100_ALL_REDUCE.ring_latency_us,
+    custom_bus_gbs=_CUSTOM_H100_BUS_GBS * 132.77 / _H100_ALL_REDUCE.ring_bus_gbs,
+    ring_latency_us=_A100_RING_US, ring_bus_gbs=132.77, peer_to_peer=True, measured=True,
+    source=_azure("ND_A100_v4_results.md", "NCCL 1 KB 0.04 GB/s, 33 MB 132.8 GB/s; custom "
+                  "all-reduce: the H100's, scaled by the ring's fixed cost (x1.75)"))
+_GB200_RING_US = 1024 * 1.75 / 0.10e9 * 1e6
+_GB200_ALL_REDUCE = AllReduceSpec(
+    custom_latency_us=_CUSTOM_H100_US * _GB200_RING_US / _H100_ALL_REDUCE.ring_latency_us,
+    custom_bus_gbs=_CUSTOM_H100_BUS_GBS * 422.62 / _H100_ALL_REDUCE.ring_bus_gbs,
+    ring_latency_us=_GB200_RING_US, ring_bus_gbs=422.62, peer_to_peer=True, measured=True,
+    source=_azure("ND_GB200_v6_results.md", "NCCL ring 1 KB 0.10 GB/s, 33 MB 422.6 GB/s; custom "
+                  "all-reduce: the H100's, scaled by the ring's fixed cost (x0.70)"))
+_MI300X_RING_US = 1024 * 1.75 / 0.04e9 * 1e6
+_MI300X_ALL_REDUCE = AllReduceSpec(
+    custom_latency_us=_CUSTOM_H100_US * _MI300X_RING_US / _H100_ALL_REDUCE.ring_latency_us,
+    custom_bus_gbs=_CUSTOM_H100_BUS_GBS * 230.35 / _H100_ALL_REDUCE.ring_bus_gbs,
+    ring_latency_us=_MI300X_RING_US, ring_bus_gbs=230.35, peer_to_peer=True, measured=True,
+    source=_azure("ND_MI300X_v5_results.md", "RCCL 1 KB 0.04 GB/s, 33 MB 230.4 GB/s; vLLM's "
+                  "ROCm custom all-reduce: the H100's, scaled by the ring's fixed cost (x1.75)"))
+
+
+def _pcie_all_reduce(link_gbs: float) -> AllReduceSpec:
+    """GPUs on PCIe only: vLLM's custom all-reduce at TP 2 only; NCCL's ring at the H100's share
+    of its link (295.5 of 450 GB/s) of the PCIe link; fixed costs the H100's. Not measured."""
+    return AllReduceSpec(
+        custom_latency_us=_CUSTOM_H100_US, custom_bus_gbs=_CUSTOM_H100_BUS_GBS,
+        ring_latency_us=_H100_ALL_REDUCE.ring_latency_us,
+        ring_bus_gbs=link_gbs * _H100_ALL_REDUCE.ring_bus_gbs / 450, peer_to_peer=False,
+        measured=False, source="no measurement: PCIe; NCCL at the H100's share of its link "
+                               "(66%), the H100's fixed costs")
+
+
 GPUS = {
     "h100-sxm5": GpuSpec(
-        "NVIDIA H100 SXM5 80GB", memory_gib=79.19, memory_bandwidth_gbs=3350, bf16_tflops=989.4,
-        fp8_tflops=1978.9, interconnect_gbs=450,
+        "NVIDIA H100 SXM5 80GB", "NVIDIA", memory_gib=79.19, memory_bandwidth_gbs=3350,
+        bf16_tflops=989.4, fp8_tflops=1978.9, interconnect_gbs=450,
+        achievable=_H100_ACHIEVABLE, all_reduce=_H100_ALL_REDUCE,
         source="NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3,958 FP8 / 1,979 BF16 TFLOPS with "
                "sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s"),
+    "h100-pcie": GpuSpec(
+        "NVIDIA H100 PCIe 80GB", "NVIDIA", memory_gib=79.19, memory_bandwidth_gbs=2000,
+        bf16_tflops=378.0, fp8_tflops=756.5, interconnect_gbs=64,
+        achievable=_borrowed(_H100_ACHIEVABLE, "the H100 SXM5's shares (same chip, 350 W "
+                                               "instead of 700 W: likely lower)"),
+        all_reduce=_pcie_all_reduce(64),
+        source="NVIDIA H100 Tensor Core GPU datasheet (PCIe): 1,513 FP8 / 756 BF16 TFLOPS with "
+               "sparsity, 80 GB HBM2e at 2.0 TB/s, PCIe Gen5 x16 128 GB/s both ways (an NVLink "
+               "bridge pairs two cards at 600 GB/s); memory as the SXM5 card's"),
     "h200": GpuSpec(
-        "NVIDIA H200 SXM 141GB", memory_gib=139.80, memory_bandwidth_gbs=4800, bf16_tflops=989.4,
-        fp8_tflops=1978.9, interconnect_gbs=450,
+        "NVIDIA H200 SXM 141GB", "NVIDIA", memory_gib=139.80, memory_bandwidth_gbs=4800,
+        bf16_tflops=989.4, fp8_tflops=1978.9, interconnect_gbs=450,
+        achievable=_H200_ACHIEVABLE, all_reduce=_H200_ALL_REDUCE,
         source="NVIDIA H200 Tensor Core GPU datasheet: H100's compute, 141 GB HBM3e at 4.8 TB/s, "
                "NVLink 900 GB/s"),
     "b200": GpuSpec(
-        "NVIDIA B200 180GB", memory_gib=178.35, memory_bandwidth_gbs=8000, bf16_tflops=2250.0,
-        fp8_tflops=4500.0, interconnect_gbs=900,
-        source="NVIDIA DGX/HGX B200 datasheets, per GPU: 72 PFLOPS FP8 with sparsity per 8 GPUs, "
-               "1,440 GB HBM3e and 64 TB/s per 8 GPUs, NVLink 5 1.8 TB/s; the per-GPU split and "
-               "clocks vary between B200 SKUs (uncertain to ~10%)"),
+        "NVIDIA B200 180GB", "NVIDIA", memory_gib=178.35, memory_bandwidth_gbs=8000,
+        bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=9000.0, interconnect_gbs=900,
+        achievable=_borrowed(_GB200_ACHIEVABLE, "the GB200's shares (same Blackwell GPU)"),
+        all_reduce=replace(_GB200_ALL_REDUCE, measured=False,
+                           source="no measurement: the GB200's NVLink 5 tables"),
+        source="NVIDIA DGX/HGX B200 datasheets, per GPU: 72 PFLOPS FP8 and 144 PFLOPS FP4 with "
+               "sparsity per 8 GPUs, 1,440 GB HBM3e and 64 TB/s per 8 GPUs, NVLink 5 1.8 TB/s; "
+               "the per-GPU split and clocks vary between B200 SKUs (uncertain to ~10%)"),
+    "gb200": GpuSpec(
+        "NVIDIA GB200 (one Blackwell GPU) 186GB", "NVIDIA", memory_gib=185.0,
+        memory_bandwidth_gbs=8000, bf16_tflops=2500.0, fp8_tflops=5000.0, fp4_tflops=10000.0,
+        interconnect_gbs=900, achievable=_GB200_ACHIEVABLE, all_reduce=_GB200_ALL_REDUCE,
+        source="NVIDIA GB200 NVL72 datasheet, per GPU (72 per rack): 10 PFLOPS FP8 / 20 PFLOPS "
+               "FP4 / 5 PFLOPS BF16 with sparsity, 186 GB HBM3e at 8 TB/s, NVLink 5 1.8 TB/s; "
+               "memory_gib from the '185GB' the Azure suite's nvidia-smi names (uncertain)"),
+    "b300": GpuSpec(
+        "NVIDIA B300 (Blackwell Ultra) 288GB", "NVIDIA", memory_gib=268.0,
+        memory_bandwidth_gbs=8000, bf16_tflops=2250.0, fp8_tflops=4500.0, fp4_tflops=13500.0,
+        interconnect_gbs=900,
+        achievable=_borrowed(_GB200_ACHIEVABLE, "the GB200's shares (Blackwell; FP4 not run)"),
+        all_reduce=replace(_GB200_ALL_REDUCE, measured=False,
+                           source="no measurement: the GB200's NVLink 5 tables"),
+        source="NVIDIA DGX B300 / HGX B300 datasheets, per GPU: 108 PFLOPS dense FP4 and 72 "
+               "PFLOPS FP8 with sparsity per 8 GPUs, 2.3 TB HBM3e per 8 GPUs at 8 TB/s each, "
+               "NVLink 5 1.8 TB/s; memory_gib is 288 x 10^9 bytes, no torch message seen "
+               "(uncertain)"),
     "mi300x": GpuSpec(
-        "AMD Instinct MI300X 192GB", memory_gib=191.98, memory_bandwidth_gbs=5300,
+        "AMD Instinct MI300X 192GB", "AMD", memory_gib=191.98, memory_bandwidth_gbs=5300,
         bf16_tflops=1307.4, fp8_tflops=2614.9, interconnect_gbs=448,
+        achievable=_MI300X_ACHIEVABLE, all_reduce=_MI300X_ALL_REDUCE,
         source="AMD Instinct MI300X datasheet: 1,307.4 BF16 / 2,614.9 FP8 TFLOPS dense, 192 GB HBM3 "
                "at 5.3 TB/s, Infinity Fabric 7 links x 64 GB/s per direction (all peers together; "
                "one peer gets 1/7 of it, so a ring all-reduce is slower: uncertain)"),
+    "mi325x": GpuSpec(
+        "AMD Instinct MI325X 256GB", "AMD", memory_gib=255.98, memory_bandwidth_gbs=6000,
+        bf16_tflops=1307.4, fp8_tflops=2614.9, interconnect_gbs=448,
+        achievable=_borrowed(_MI300X_ACHIEVABLE, "the MI300X's shares (the same CDNA 3 compute "
+                                                 "dies and hipBLASLt; HBM3E instead of HBM3)"),
+        all_reduce=replace(_MI300X_ALL_REDUCE, measured=False,
+                           source="no measurement: the MI300X's RCCL tables (same fabric)"),
+        source="AMD Instinct MI325X datasheet: 1,307.4 BF16 / 2,614.9 FP8 TFLOPS dense, 256 GB "
+               "HBM3E at 6.0 TB/s, Infinity Fabric 7 links x 64 GB/s per direction"),
+    "mi355x": GpuSpec(
+        "AMD Instinct MI355X 288GB", "AMD", memory_gib=287.98, memory_bandwidth_gbs=8000,
+        bf16_tflops=2516.6, fp8_tflops=5033.2, fp4_tflops=10066.3, interconnect_gbs=537.6,
+        achievable=_borrowed(_MI300X_ACHIEVABLE, "the MI300X's shares (CDNA 4 and a newer "
+                                                 "hipBLASLt may reach more)"),
+        all_reduce=replace(_MI300X_ALL_REDUCE, measured=False,
+                           source="no measurement: the MI300X's RCCL tables"),
+        source="AMD Instinct MI355X datasheet: 2.5 PFLOPS BF16 / 5.0 PFLOPS FP8 / 10.1 PFLOPS "
+               "MXFP4 dense, 288 GB HBM3E at 8.0 TB/s, Infinity Fabric 7 links x 153.6 GB/s "
+               "both ways"),
     "a100-80gb": GpuSpec(
-        "NVIDIA A100 SXM4 80GB", memory_gib=79.15, memory_bandwidth_gbs=2039, bf16_tflops=312.0,
-        fp8_tflops=None, interconnect_gbs=300,
+        "NVIDIA A100 SXM4 80GB", "NVIDIA", memory_gib=79.15, memory_bandwidth_gbs=2039,
+        bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=300,
+        achievable=_A100_ACHIEVABLE, all_reduce=_A100_ALL_REDUCE,
         source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): 312 BF16 TFLOPS dense, 80 GB "
                "HBM2e at 2,039 GB/s, NVLink 600 GB/s"),
     "a100-80gb-pcie": GpuSpec(
-        "NVIDIA A100 PCIe 80GB", memory_gib=79.15, memory_bandwidth_gbs=1935, bf16_tflops=312.0,
-        fp8_tflops=None, interconnect_gbs=32,
+        "NVIDIA A100 PCIe 80GB", "NVIDIA", memory_gib=79.15, memory_bandwidth_gbs=1935,
+        bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=32,
+        achievable=_borrowed(_A100_ACHIEVABLE, "the A100 SXM4's shares (same chip at 300 W: it "
+                                               "throttles sooner)"),
+        all_reduce=_pcie_all_reduce(32),
         source="NVIDIA A100 Tensor Core GPU datasheet (PCIe 80GB): 312 BF16 TFLOPS dense at 300 W "
                "(it throttles sooner than the SXM4), 1,935 GB/s, PCIe Gen4 x16 64 GB/s both ways "
                "(an NVLink bridge pairs two cards at 600 GB/s); memory as the SXM4 card's"),
     "a100-40gb": GpuSpec(
-        "NVIDIA A100 SXM4 40GB", memory_gib=39.39, memory_bandwidth_gbs=1555, bf16_tflops=312.0,
-        fp8_tflops=None, interconnect_gbs=300,
+        "NVIDIA A100 SXM4 40GB", "NVIDIA", memory_gib=39.39, memory_bandwidth_gbs=1555,
+        bf16_tflops=312.0, fp8_tflops=None, interconnect_gbs=300,
+        achievable=_borrowed(_A100_ACHIEVABLE, "the A100 SXM4 80GB's shares (same chip, HBM2)"),
+        all_reduce=replace(_A100_ALL_REDUCE, measured=False,
+                           source="no measurement: the A100 80GB's NCCL tables"),
         source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB): 312 BF16 TFLOPS dense, 40 GB "
                "HBM2 at 1,555 GB/s, NVLink 600 GB/s"),
     "h20": GpuSpec(
-        "NVIDIA H20 96GB", memory_gib=95.00, memory_bandwidth_gbs=4000, bf16_tflops=148.0,
-        fp8_tflops=296.0, interconnect_gbs=450,
+        "NVIDIA H20 96GB", "NVIDIA", memory_gib=95.00, memory_bandwidth_gbs=4000,
+        bf16_tflops=148.0, fp8_tflops=296.0, interconnect_gbs=450,
+        achievable=_borrowed(_H100_ACHIEVABLE, "the H100's shares (Hopper, far fewer units)"),
+        all_reduce=replace(_H100_ALL_REDUCE, measured=False,
+                           source="no measurement: the H100's NVLink tables"),
         source="NVIDIA H20 product brief as reported by the press (no public datasheet: "
                "uncertain): 296 FP8 / 148 BF16 TFLOPS dense, 96 GB HBM3 at 4.0 TB/s, NVLink "
                "900 GB/s; memory_gib from a torch message on an H20 96G"),
+    "l40s": GpuSpec(
+        "NVIDIA L40S 48GB", "NVIDIA", memory_gib=44.99, memory_bandwidth_gbs=864,
+        bf16_tflops=366.0, fp8_tflops=733.0, interconnect_gbs=32,
+        achievable=_borrowed(_H100_ACHIEVABLE, "the H100's shares (Ada, GDDR6: likely lower)"),
+        all_reduce=_pcie_all_reduce(32),
+        source="NVIDIA L40S datasheet: 1,466 FP8 / 733 BF16 TFLOPS with sparsity, 48 GB GDDR6 "
+               "at 864 GB/s, PCIe Gen4 x16 64 GB/s both ways; memory_gib from nvidia-smi's "
+               "46,068 MiB (uncertain)"),
+    "rtx-4090": GpuSpec(
+        "NVIDIA GeForce RTX 4090 24GB", "NVIDIA", memory_gib=23.65, memory_bandwidth_gbs=1008,
+        bf16_tflops=165.2, fp8_tflops=330.3, interconnect_gbs=32,
+        achievable=_borrowed(_H100_ACHIEVABLE, "the H100's shares (Ada, GDDR6X: likely lower)"),
+        all_reduce=_pcie_all_reduce(32),
+        source="NVIDIA Ada Lovelace architecture whitepaper, RTX 4090: 165.2 BF16 (FP32 "
+               "accumulate, as PyTorch runs it) / 330.3 FP8 TFLOPS dense, 24 GB GDDR6X at 1,008 "
+               "GB/s, no NVLink, PCIe Gen4 x16 64 GB/s both ways; memory_gib from torch's "
+               "'total capacity of 23.65 GiB'"),
     "l4": GpuSpec(
-        "NVIDIA L4 24GB", memory_gib=22.03, memory_bandwidth_gbs=300, bf16_tflops=121.0,
+        "NVIDIA L4 24GB", "NVIDIA", memory_gib=22.03, memory_bandwidth_gbs=300, bf16_tflops=121.0,
         fp8_tflops=242.5, interconnect_gbs=32,
+        achievable=_borrowed(_H100_ACHIEVABLE, "the H100's shares (Ada, 72 W: likely lower)"),
+        all_reduce=_pcie_all_reduce(32),
         source="NVIDIA L4 Tensor Core GPU datasheet: 485 FP8 / 242 BF16 TFLOPS with sparsity, 24 "
                "GB GDDR6 at 300 GB/s, PCIe Gen4 x16 64 GB/s both ways"),
 }

@@ -26,9 +26,50 @@ def test_the_16_rows_of_published_md_are_all_there(published_md):
 
 
 def test_published_md_median_and_worst_error_are_within_the_goal(published_md):
-    assert calibration.median_abs_ln(published_md) <= 0.15
-    assert calibration.worst(published_md).abs_ln_ratio <= 0.40
+    assert calibration.median_abs_ln(published_md) <= 0.10
+    assert calibration.worst(published_md).abs_ln_ratio <= 0.25
     assert calibration.meets_goal(calibration.PUBLISHED_MD, published_md)
+
+
+def test_each_vllm_row_replays_under_the_version_it_ran():
+    for measurement in calibration.PUBLISHED_MD.measurements:
+        config = measurement.config()
+        if measurement.ran_on.startswith("vLLM 0.6"):
+            assert (config.vllm_version, config.async_scheduling) == ("0.6", False)
+        else:  # TensorRT-LLM and NIM: the C++ runtime, modelled as V1's overlapped CPU work
+            assert config.vllm_version == "0.30.0" and config.async_scheduling
+
+
+def test_rows_are_grouped_by_vendor_and_engine_generation(published_md, kept_aside):
+    families = list(calibration.by_family(published_md + kept_aside))
+    assert "NVIDIA / vLLM V0" in families and "AMD / vLLM V0" in families
+    order = [calibration.family(c.measurement) for c in calibration.ordered(kept_aside)]
+    assert order == sorted(order, key=order.index)  # each family's rows side by side
+    text = "\n".join(calibration.report_lines([(calibration.KEPT_ASIDE, kept_aside)]))
+    assert "AMD / vLLM V0: 21 rows" in text and "0.6 sync" in text
+
+
+@pytest.fixture(scope="module")
+def kept_aside():
+    return calibration.compare_group(calibration.KEPT_ASIDE, simulate)
+
+
+def test_on_rows_kept_aside_the_median_error_is_within_the_goal(kept_aside):
+    assert len(kept_aside) == 33
+    assert calibration.median_abs_ln(kept_aside) <= 0.15
+
+
+def test_on_rows_kept_aside_mi300x_is_no_further_off_than_nvidia(kept_aside):
+    families = calibration.by_family(kept_aside)
+    amd, nvidia = families["AMD / vLLM V0"], families["NVIDIA / vLLM V0"]
+    assert calibration.median_abs_ln(amd) <= calibration.median_abs_ln(nvidia)
+
+
+@pytest.mark.xfail(strict=True, reason="MI300X / H100 at 8B FP8, 2,048/2,048 (decode-heavy, "
+                   "256 long contexts): servesim 1.5x, the one row past 0.40; ROCm's paged "
+                   "attention of vLLM 0.6 reading KV below the copy kernel's share is not modelled")
+def test_on_rows_kept_aside_the_worst_error_is_within_the_goal(kept_aside):
+    assert calibration.worst(kept_aside).abs_ln_ratio <= 0.40
 
 
 def test_tensorrt_llm_offline_throughput_is_within_35_percent():
@@ -71,3 +112,22 @@ def test_json_names_each_rows_figures_and_the_run_flags_that_reproduce_it():
     assert row["ratio"] == 2.0 and row["run_flags"] == measurement.flags()
     assert group["worst_abs_ln_ratio"] == pytest.approx(0.693, abs=0.001)
     assert group["goal_met"] is False
+
+
+def test_vllm_0_6_makes_a_300_client_h100_run_slower_for_cpu_reasons():
+    """V0's CPU work per scheduled request, paid while the GPU waits, against V1's overlapped."""
+    from workload import random_workload
+    from forward_model import RooflineClock
+    from gpu_memory import plan_memory
+
+    def duration(**engine):
+        config = calibration.EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", **engine)
+        workload = random_workload(200, 100, 0.0, num_prompts=600, max_concurrency=300)
+        return simulate(workload, MODES["chunked"], config, plan_memory(config).num_gpu_blocks,
+                        RooflineClock(config)).summary()["duration"]
+
+    v0 = duration(vllm_version="0.6", async_scheduling=False)
+    v1_sync = duration(async_scheduling=False)
+    v1 = duration()
+    assert v0 > 1.05 * v1          # measurably slower
+    assert v1 <= v1_sync < v0      # V1 cut the CPU work; async hides what is left

@@ -122,3 +122,37 @@ def test_presets_names_the_source_of_every_preset():
     sources = text.split("\nSources\n")[1]
     for key, preset in [*GPUS.items(), *MODELS.items()]:
         assert preset.source and f"\n{key}: " in "\n" + sources, key
+
+
+def test_presets_says_which_gpus_have_no_measurement_behind_their_achievable_shares():
+    from commands.presets import presets_tables
+    from presets import GPUS
+    lines = presets_tables()
+    start = next(i for i, line in enumerate(lines) if line.startswith("What each GPU reaches"))
+    rows = {line.split()[0]: line for line in lines[start + 2:start + 2 + len(GPUS)]}
+    assert set(rows) == set(GPUS)
+    for key, gpu in GPUS.items():
+        assert ("NO: borrowed" in rows[key]) == (not gpu.achievable.measured), key
+        assert not gpu.achievable.measured or "no measurement" not in gpu.achievable.source
+        if not gpu.achievable.measured:
+            assert gpu.achievable.source.startswith("no measurement: "), key
+    assert not GPUS["mi325x"].achievable.measured and GPUS["mi300x"].achievable.measured
+
+
+def test_async_scheduling_on_vllm_0_6_is_refused_in_one_line():
+    result = servesim("run", "--vllm-version", "0.6", "--async-scheduling", "--num-prompts", "2")
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert "--async-scheduling" in line and "0.18.0" in line and "no async scheduling" in line
+
+
+def test_a_vllm_0_6_run_says_what_it_does_not_model():
+    result = servesim("run", "--vllm-version", "0.6", "--dataset-name", "random",
+                      "--random-input-len", "64", "--random-output-len", "4", "--num-prompts", "2")
+    assert result.returncode == 0
+    assert "engine: vLLM 0.6 (V0) CPU costs per step, sync scheduling" in result.stdout
+    assert "not modelled: vLLM 0.6 (V0) schedules waiting prompts before running decodes" in (
+        result.stdout)
+    default = servesim("run", "--dataset-name", "random", "--random-input-len", "64",
+                       "--random-output-len", "4", "--num-prompts", "2").stdout
+    assert "engine: vLLM" not in default and "not modelled" not in default

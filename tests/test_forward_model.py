@@ -7,7 +7,10 @@ from config import EngineConfig
 from conftest import make_request
 from dataclasses import replace
 
-from forward_model import LAYER_FIXED_S, STEP_FIXED_S, LinearClock, RooflineClock, roofline_s
+from engine_overhead import VERSIONS
+from forward_model import (LAYER_FIXED_S, SERVING_GEMM_SHARE, STEP_FIXED_S, LinearClock,
+                           RooflineClock, achievable_flops_per_s, all_reduce_s,
+                           roofline_corner_flops_per_byte, roofline_s, uses_custom_all_reduce)
 from gpu_memory import plan_memory
 from presets import GPUS, MODELS
 
@@ -77,10 +80,12 @@ def test_no_step_beats_its_weight_and_kv_bytes_at_full_bandwidth():
 
 
 def test_long_prefill_time_grows_at_least_linearly_with_length():
-    """Beyond a bare step (weights read, fixed costs), twice the prompt costs at least twice."""
+    """Beyond a bare step (weights read, fixed costs), twice the prompt costs at least twice.
+    A long prompt's all-reduces go through NCCL's ring, whose fixed cost the bare step pays."""
     for config in fitting_pairs():
         clock = RooflineClock(config)
-        bare = clock.price(0, 0, 0, 0)
+        ring_fixed_s = clock.num_all_reduces * GPUS[config.gpu].all_reduce.ring_latency_us * 1e-6
+        bare = clock.price(0, 0, 0, 0) - clock.all_reduces_s(0) + ring_fixed_s
         for length in (4096, 8192, 16384):
             short = clock.step_time_s(prefill_batch(length)) - bare
             long = clock.step_time_s(prefill_batch(2 * length)) - bare
@@ -94,10 +99,12 @@ def test_at_the_ridge_compute_and_memory_only_partly_hide_behind_each_other():
 
 
 def test_a_bare_step_costs_the_fixed_costs_of_every_layer_on_top_of_the_weights():
-    clock = RooflineClock(EngineConfig())
-    model = MODELS[EngineConfig().model]
+    config = EngineConfig(async_scheduling=False)
+    clock = RooflineClock(config)
+    model = MODELS[config.model]
     fixed_s = model.num_layers * LAYER_FIXED_S + STEP_FIXED_S
-    assert clock.price(0, 0, 0, 0) == pytest.approx(clock.weight_stream_s + fixed_s)
+    cpu_s = VERSIONS[config.vllm_version].step_s  # no request scheduled: the CPU's base alone
+    assert clock.price(0, 0, 0, 0) == pytest.approx(clock.weight_stream_s + fixed_s + cpu_s)
 
 
 def test_fp8_weights_halve_the_weight_stream_but_do_not_double_the_prefill_rate():
@@ -108,14 +115,67 @@ def test_fp8_weights_halve_the_weight_stream_but_do_not_double_the_prefill_rate(
     assert 0.5 * bf16.gemm_s_per_token < fp8.gemm_s_per_token < bf16.gemm_s_per_token
 
 
-def test_all_reduce_latency_grows_with_the_group_and_does_not_split_like_the_weights():
+def test_all_reduce_cost_grows_with_the_group_and_does_not_split_like_the_weights():
     clocks = [RooflineClock(EngineConfig(model="llama-3.3-70b", gpu="h100-sxm5",
                                          tensor_parallel_size=tp)) for tp in (1, 2, 4, 8)]
-    fixed_s = [clock.fixed_s for clock in clocks]
-    assert fixed_s == sorted(fixed_s) and len(set(fixed_s)) == 4
-    assert clocks[0].all_reduce_s_per_token == 0 < clocks[1].all_reduce_s_per_token
+    decode_all_reduce_s = [clock.all_reduces_s(1) for clock in clocks]
+    assert decode_all_reduce_s == sorted(decode_all_reduce_s)
+    assert decode_all_reduce_s[0] == 0 < decode_all_reduce_s[1]
     one_decode_s = [clock.step_time_s(decode_batch(1)) for clock in clocks]
-    assert one_decode_s[3] > one_decode_s[0] / 8 + fixed_s[0]  # 8 GPUs: far from 8x faster
+    assert one_decode_s[3] > one_decode_s[0] / 8 + clocks[0].fixed_s  # 8 GPUs: far from 8x
+
+
+def test_small_messages_take_the_custom_all_reduce_and_large_ones_the_ring():
+    h100 = GPUS["h100-sxm5"]
+    decode_bytes, prefill_bytes = 8192 * 2, 2048 * 8192 * 2  # one token; a 2,048-token prompt
+    assert uses_custom_all_reduce(h100, 8, decode_bytes)
+    assert not uses_custom_all_reduce(h100, 8, prefill_bytes)  # 32 MiB: above 8 MiB
+    custom_s = h100.all_reduce.custom_latency_us * 1e-6
+    assert all_reduce_s(h100, 8, decode_bytes) < 2 * custom_s  # latency-bound, near the kernel's
+    ring_bandwidth_s = prefill_bytes * 2 * 7 / 8 / (h100.all_reduce.ring_bus_gbs * 1e9)
+    assert all_reduce_s(h100, 8, prefill_bytes) > ring_bandwidth_s  # the ring's bytes and more
+    # GPUs on PCIe only: vLLM's custom kernel at TP 2, NCCL beyond.
+    l40s = GPUS["l40s"]
+    assert uses_custom_all_reduce(l40s, 2, decode_bytes)
+    assert not uses_custom_all_reduce(l40s, 4, decode_bytes)
+
+
+def test_each_gpu_has_its_own_achievable_shares_and_the_mi300x_reaches_less_of_its_peak():
+    h100, mi300x = GPUS["h100-sxm5"], GPUS["mi300x"]
+    assert mi300x.achievable.gemm_fp8 < h100.achievable.gemm_fp8
+    assert mi300x.achievable.hbm < h100.achievable.hbm
+    # Datasheets make the MI300X 1.32x an H100 at FP8; what the GEMMs reach, under 1x.
+    assert mi300x.fp8_tflops / h100.fp8_tflops > 1.3
+    assert achievable_flops_per_s(mi300x, fp8=True) < achievable_flops_per_s(h100, fp8=True)
+    for gpu in GPUS.values():
+        for share in (gpu.achievable.gemm_16bit, gpu.achievable.gemm_fp8, gpu.achievable.hbm):
+            assert share is None or 0 < share <= 1, gpu.name
+        assert gpu.achievable.source and gpu.all_reduce.source
+        # The roofline corner follows from the achievable figures, not the datasheet's.
+        datasheet_ridge = gpu.bf16_tflops * 1e12 / (gpu.memory_bandwidth_gbs * 1e9)
+        corner = roofline_corner_flops_per_byte(gpu, fp8=False)
+        assert corner == pytest.approx(datasheet_ridge * gpu.achievable.gemm_16bit
+                                       * SERVING_GEMM_SHARE / gpu.achievable.hbm)
+
+
+def test_async_scheduling_hides_the_cpu_part_that_sync_adds():
+    batch = decode_batch(256)
+    sync = RooflineClock(EngineConfig(gpu="h100-sxm5", model="llama-3.1-8b",
+                                      async_scheduling=False))
+    overlapped = RooflineClock(EngineConfig(gpu="h100-sxm5", model="llama-3.1-8b"))
+    cost = sync.step_cost(batch)
+    assert cost.cpu_s > 0 and cost == overlapped.step_cost(batch)
+    assert sync.step_time_s(batch) == pytest.approx(cost.gpu_s + cost.cpu_s)
+    assert overlapped.step_time_s(batch) == pytest.approx(max(cost.gpu_s, cost.cpu_s))
+
+
+def test_v0_spends_more_cpu_per_scheduled_request_than_v1():
+    v0 = RooflineClock(EngineConfig(vllm_version="0.6", async_scheduling=False))
+    v1 = RooflineClock(EngineConfig(async_scheduling=False))
+    small, large = decode_batch(8), decode_batch(256)
+    assert v0.step_cost(large).cpu_s - v0.step_cost(small).cpu_s > (
+        3 * (v1.step_cost(large).cpu_s - v1.step_cost(small).cpu_s))
+    assert v0.step_cost(large).gpu_s == v1.step_cost(large).gpu_s  # the GPU's work is the same
 
 
 def test_the_linear_clock_charges_every_decode_token_the_same_however_many_share_a_step():

@@ -10,7 +10,7 @@ from conftest import ROOT
 CODE = ROOT / "code"
 SHELL_FOLDERS = {"commands", "reports", "traces"}
 DATA_FOLDERS = {"models"}  # config.json files read by presets.py: data, not a package
-MAX_ENGINE_MODULES = 21    # 18, and the models' three: model_config, moe, mla
+MAX_ENGINE_MODULES = 22    # 18, the models' three (model_config, moe, mla) and engine_overhead
 
 
 def engine_modules() -> list[str]:

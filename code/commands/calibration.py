@@ -29,9 +29,11 @@ from typing import Optional
 
 from commands.calibration_moe import MOE_ASIDE_ROWS, MOE_ASIDE_SOURCES, MOE_ROWS, MOE_SOURCES
 from config import EngineConfig
+from engine_overhead import VERSIONS
 from forward_model import RooflineClock
 from gpu_memory import plan_memory
 from modes import MODES
+from presets import GPUS
 from workload import random_workload
 
 # A measurement's `workload` keys, as `run` flags (vllm bench serve's random dataset).
@@ -47,12 +49,27 @@ class Measurement:
     unit: str            # "ms", "tok/s" or "tokens"
     result_field: str    # servesim's figure: a `--format json` result field, "duration_ms"
     #                      (the run's duration in ms) or "kv_cache_tokens" (the KV pool)
-    engine: dict         # EngineConfig fields that differ from the defaults
+    engine: dict         # EngineConfig fields that differ from the defaults; vllm_version is
+    #                      the version the row ran (vLLM rows) or the one it replays under
+    ran_on: str          # the engine and version that measured it, as its source says
     mode: str = "continuous"
     workload: dict = field(default_factory=dict)  # random_workload arguments (all sent at t=0)
+    baseline: Optional[dict] = None  # a ratio row: the engine fields of the run it divides by
+    #                                  (same workload); `published` is then a ratio too
 
     def config(self) -> EngineConfig:
         return EngineConfig(**self.engine)
+
+    @property
+    def vendor(self) -> str:
+        return GPUS[self.config().gpu].vendor
+
+    @property
+    def generation(self) -> str:
+        """The engine generation the row measured: vLLM V0 / V1, or another engine by name."""
+        if self.ran_on.startswith("vLLM"):
+            return f"vLLM {VERSIONS[self.config().vllm_version].generation}"
+        return self.ran_on.split()[0]
 
     def make_workload(self):
         return random_workload(self.workload["input_len"], self.workload["output_len"], 0.0,
@@ -63,20 +80,23 @@ class Measurement:
         """The `python code/main.py run` flags that reproduce this measurement's setup."""
         defaults = EngineConfig()
         parts = [f"--mode {self.mode}"]
-        for name, value in self.engine.items():  # EngineConfig fields map 1:1 to flags
-            # --max-model-len's default follows the model (its max_position_embeddings): said
-            # whenever a row sets it.
-            if value == getattr(defaults, name) and name != "max_model_len":
-                continue
-            if value is True:  # a switch: --enable-expert-parallel
-                parts.append(f"--{name.replace('_', '-')}")
-            else:
-                parts.append(f"--{name.replace('_', '-')} {value}")
+        # --max-model-len's default follows the model (its max_position_embeddings): said
+        # whenever a row sets it.
+        parts += [_flag(name, value) for name, value in self.engine.items()
+                  if value != getattr(defaults, name) or name == "max_model_len"]
         if self.workload:
             parts.append("--dataset-name random")
             parts += [f"{flag} {self.workload[key]}" for key, flag in RANDOM_WORKLOAD_FLAGS.items()
                       if key in self.workload]
         return " ".join(parts)
+
+
+def _flag(name: str, value) -> str:
+    """An EngineConfig field as its flag: `--max-model-len 4096`, `--no-async-scheduling`."""
+    flag = name.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{flag}" if value else f"--no-{flag}"
+    return f"--{flag} {value}"
 
 
 @dataclass(frozen=True)
@@ -90,11 +110,16 @@ class Group:
     ratio_band: Optional[tuple[float, float]] = None  # goal on every ratio, if any
 
 
+# vLLM's nightly benchmarks of late 2024 ran the V0 engine of the 0.6 line (V1 became the default
+# in 0.8.0, 2025): replayed with V0's CPU costs, synchronously.
+VLLM_V0 = dict(vllm_version="0.6", async_scheduling=False)
+
+
 def _batch_latency(id_: str, what: str, published_ms: float, **engine) -> Measurement:
     """vLLM's benchmark_latency: 8 prompts of 32 tokens, 128 output tokens each, sent at once;
     the figure is the whole batch's latency, servesim's duration."""
-    return Measurement(id_, what, published_ms, "ms", "duration_ms", engine,
-                       workload=dict(input_len=32, output_len=128, num_prompts=8))
+    return Measurement(id_, what, published_ms, "ms", "duration_ms", dict(engine, **VLLM_V0),
+                       "vLLM 0.6 (V0)", workload=dict(input_len=32, output_len=128, num_prompts=8))
 
 
 def _nim(id_: str, what: str, published: float, unit: str, result_field: str, input_len: int,
@@ -103,7 +128,8 @@ def _nim(id_: str, what: str, published: float, unit: str, result_field: str, in
     constant concurrency; servesim's chunked scheduler with NIM's 8,192-token step budget."""
     engine = dict(model="llama-3.3-70b-fp8", gpu="h100-sxm5", tensor_parallel_size=2,
                   kv_cache_dtype="fp8", max_num_batched_tokens=8192)
-    return Measurement(id_, what, published, unit, result_field, engine, mode="chunked",
+    return Measurement(id_, what, published, unit, result_field, engine, "NIM 1.8.0 "
+                       "(TensorRT-LLM)", mode="chunked",
                        workload=dict(input_len=input_len, output_len=output_len,
                                      num_prompts=num_prompts, max_concurrency=concurrency))
 
@@ -112,7 +138,7 @@ def _first_token(id_: str, what: str, published_ms: float, prompt_len: int,
                  **engine) -> Measurement:
     """TensorRT-LLM's gptSessionBenchmark at batch 1 with one output token: the prefill alone."""
     return Measurement(id_, what, published_ms, "ms", "mean_ttft_ms",
-                       dict(engine, max_model_len=4096),
+                       dict(engine, max_model_len=4096), "TensorRT-LLM 0.9.0",
                        workload=dict(input_len=prompt_len, output_len=1, num_prompts=1))
 
 
@@ -126,6 +152,8 @@ PUBLISHED_MD = Group(
      "weights, mean of 15 runs",
      "N1-N5: NVIDIA NIM benchmarking guide, 'Performance' (docs.nvidia.com/nim/benchmarking/llm), "
      "NIM 1.8.0; ITL compared with servesim's mean TPOT",
+     "Rows of TensorRT-LLM and NIM replay under vLLM 0.30.0's CPU model: their C++ runtime's "
+     "own work per step is small and runs beside the GPU's, as async scheduling's does",
      "T1-T6: NVIDIA/TensorRT-LLM docs/source/performance.md, 'Low Latency' tables, v0.9.0 "
      "(LLaMA 7B and 70B are Llama 2)"),
     (
@@ -165,7 +193,7 @@ PUBLISHED_MD = Group(
         _first_token("T6", "Llama-2-70B FP16, 8x A100, 2,048-token prompt: TTFT", 249.2, 2048,
                      model="llama-2-70b", gpu="a100-80gb", tensor_parallel_size=8),
     ),
-    max_median_abs_ln=0.15, max_worst_abs_ln=0.40)
+    max_median_abs_ln=0.10, max_worst_abs_ln=0.25)
 
 
 def _offline(id_: str, what: str, published_tok_s: float, **engine) -> Measurement:
@@ -174,7 +202,7 @@ def _offline(id_: str, what: str, published_tok_s: float, **engine) -> Measureme
     setup = dict(model="llama-3.3-70b-fp8", gpu_memory_utilization=0.95, kv_cache_dtype="fp8",
                  max_model_len=2048, max_num_batched_tokens=8192)
     return Measurement(id_, what, published_tok_s, "tok/s", "output_throughput",
-                       dict(setup, **engine), mode="chunked",
+                       dict(setup, **engine), "TensorRT-LLM (perf-overview)", mode="chunked",
                        workload=dict(input_len=1000, output_len=1000, num_prompts=256))
 
 
@@ -198,9 +226,76 @@ KV_CAPACITY = Group(
                     33504, "tokens", "kv_cache_tokens",
                     dict(model="llama-3.3-70b-fp8", gpu="h100-sxm5", gpu_memory_utilization=0.95,
                          kv_cache_dtype="fp8", max_model_len=2048,
-                         max_num_batched_tokens=8192)),  # vllm serve's budget on an H100
+                         max_num_batched_tokens=8192),  # vllm serve's budget on an H100
+                    "vLLM 0.30.0 (V1)"),
     ),
     ratio_band=(0.90, 1.10))
+
+# Kept aside: measurements no constant of the clock was fixed on. The Azure AI benchmarking
+# guide's vLLM throughput tables (github.com/samuel-bohman/AI-benchmarking-guide,
+# Azure_Results/ND_H100_v5_results.md, ND_H200_v5_results.md, ND_MI300X_v5_results.md; MIT
+# licence): Llama-3.1-8B FP8 on one GPU and Llama-3.1-70B FP8 at TP 8, 1,000 requests at once, six
+# prompt/output lengths, "throughput (tokens/sec)". Their unit is ambiguous (total or output
+# tokens), and it cancels in a ratio between GPUs of the same table: each row is one GPU's
+# throughput over the H100's on the same workload. PyTorch 2.4.0 in the NVIDIA files places them
+# in vLLM 0.5.4-0.6.3 (V0); the MI300X file names ROCm's build of the same period.
+AZURE_WORKLOADS = ((128, 128), (128, 1024), (128, 2048), (500, 2000), (1024, 1024), (2048, 2048))
+AZURE_TOK_S = {  # (gpu, model) -> throughput per workload above, as published
+    ("h100-sxm5", "8b"): (15163, 17075, 15014, 13047, 11724, 8026),
+    ("h100-sxm5", "70b"): (10032, 13345, 12910, 11594, 9125, 7908),
+    ("h200", "8b"): (17853, 23880, 21255, 18357, 15043, 9736),
+    ("h200", "70b"): (11973, 18369, 18219, 15911, 11302, 10371),
+    ("mi300x", "8b"): (18149, 19579, 16394, 13559, 10995, 7356),
+    ("mi300x", "70b"): (9026, 12461, 12204, 10877, 8256, 7421),
+}
+AZURE_MODELS = {"8b": dict(model="llama-3.1-8b-fp8", tensor_parallel_size=1),
+                "70b": dict(model="llama-3.3-70b-fp8", tensor_parallel_size=8)}
+AZURE_GPU_NAMES = {"h200": "H200", "mi300x": "MI300X"}
+AZURE_ID_LETTERS = {"h200": "H", "mi300x": "M"}  # row ids: H8-1 ... M70-6
+
+
+def _azure_ratio(gpu: str, model: str, index: int) -> Measurement:
+    """One GPU's vLLM throughput over the H100's, same model and workload (V0's chunked prefill
+    with an 8,192-token budget, as `LLM` ran long-context models)."""
+    input_len, output_len = AZURE_WORKLOADS[index]
+    setup = dict(AZURE_MODELS[model], max_model_len=4096, max_num_batched_tokens=8192, **VLLM_V0)
+    published = AZURE_TOK_S[gpu, model][index] / AZURE_TOK_S["h100-sxm5", model][index]
+    return Measurement(
+        f"{AZURE_ID_LETTERS[gpu]}{model[:-1]}-{index + 1}",
+        f"{AZURE_GPU_NAMES[gpu]} / H100, {model.upper()} FP8, {input_len}/{output_len}",
+        published, "x", "total_token_throughput", dict(setup, gpu=gpu), "vLLM 0.6 (V0)",
+        mode="chunked", baseline=dict(setup, gpu="h100-sxm5"),
+        workload=dict(input_len=input_len, output_len=output_len, num_prompts=1000))
+
+
+# Oracle's OCI blog "Serving Llama 3.1 405B model with AMD MI300X GPUs" (blogs.oracle.com/
+# cloud-infrastructure, 2024): vLLM's benchmark_latency on 8 x MI300X, Llama 3.1 405B FP8, 128
+# tokens in and out, the whole batch's average latency at batch 1-256. vLLM's ROCm build of 2024:
+# V0.
+ORACLE_405B_S = ((1, 3.530), (2, 3.583), (4, 3.734), (8, 3.974), (16, 4.375), (32, 5.130),
+                 (64, 6.919), (128, 10.340), (256, 17.750))
+
+
+def _oracle_latency(batch: int, published_s: float) -> Measurement:
+    return Measurement(
+        f"O{batch}", f"405B FP8, 8x MI300X, batch of {batch}, 128/128: latency",
+        1000 * published_s, "ms", "duration_ms",
+        dict(model="llama-3.1-405b-fp8", gpu="mi300x", tensor_parallel_size=8,
+             max_model_len=4096, **VLLM_V0), "vLLM 0.6 (V0, ROCm)",
+        workload=dict(input_len=128, output_len=128, num_prompts=batch))
+
+
+KEPT_ASIDE = Group(
+    "kept aside", "vLLM on H100, H200 and MI300X (no constant was fixed on these)",
+    ("H8-*, H70-*, M8-*, M70-*: Azure AI benchmarking guide, Azure_Results/ND_{H100,H200,MI300X}"
+     "_v5_results.md, vLLM tables (1,000 requests); ratio = servesim's GPU/H100 over the "
+     "published GPU/H100",
+     "O1-O256: Oracle Cloud Infrastructure blog, 'Serving Llama 3.1 405B model with AMD MI300X "
+     "GPUs' (2024), vLLM benchmark_latency, 128/128"),
+    tuple(_azure_ratio(gpu, model, index) for gpu in AZURE_GPU_NAMES for model in AZURE_MODELS
+          for index in range(len(AZURE_WORKLOADS)))
+    + tuple(_oracle_latency(batch, published_s) for batch, published_s in ORACLE_405B_S),
+    max_median_abs_ln=0.15, max_worst_abs_ln=0.40)
 
 # Mixture-of-Experts rows (commands/calibration_moe.py), and a set kept aside.
 MOE = Group("moe", "MoE serving: TensorRT-LLM on H200 (DP+EP), vLLM's Mixtral latency",
@@ -209,7 +304,7 @@ MOE_ASIDE = Group("moe-aside", "MoE serving kept aside: TensorRT-LLM on H100 (DP
                   MOE_ASIDE_SOURCES, tuple(Measurement(**row) for row in MOE_ASIDE_ROWS),
                   max_median_abs_ln=0.25)
 
-GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY, MOE, MOE_ASIDE)
+GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY, KEPT_ASIDE, MOE, MOE_ASIDE)
 
 
 @dataclass(frozen=True)
@@ -226,9 +321,23 @@ class Comparison:
         return abs(math.log(self.ratio))
 
 
-def servesim_figure(measurement: Measurement, simulate) -> float:
-    """The figure servesim gives for a measurement's setup: a run's result, or the KV pool."""
-    config = measurement.config()
+def servesim_figure(measurement: Measurement, simulate,
+                    baselines: Optional[dict] = None) -> float:
+    """The figure servesim gives for a measurement's setup: a run's result, or the KV pool; for
+    a ratio row, its run's figure over the baseline's. `baselines`, speed only: baseline figures
+    already served, by setup (ratio rows of two GPUs share the H100's)."""
+    figure = _figure_of(measurement, measurement.config(), simulate)
+    if measurement.baseline is None:
+        return figure
+    baselines = {} if baselines is None else baselines
+    key = (tuple(sorted(measurement.baseline.items())), tuple(sorted(measurement.workload.items())),
+           measurement.mode, measurement.result_field)
+    if key not in baselines:
+        baselines[key] = _figure_of(measurement, EngineConfig(**measurement.baseline), simulate)
+    return figure / baselines[key]
+
+
+def _figure_of(measurement: Measurement, config: EngineConfig, simulate) -> float:
     plan = plan_memory(config)
     if measurement.result_field == "kv_cache_tokens":
         return plan.kv_cache_tokens
@@ -240,7 +349,8 @@ def servesim_figure(measurement: Measurement, simulate) -> float:
 
 
 def compare_group(group: Group, simulate) -> list[Comparison]:
-    return [Comparison(m, servesim_figure(m, simulate)) for m in group.measurements]
+    baselines: dict = {}  # speed only: each baseline run served once for the group
+    return [Comparison(m, servesim_figure(m, simulate, baselines)) for m in group.measurements]
 
 
 def median_abs_ln(comparisons: list[Comparison]) -> float:
@@ -276,7 +386,9 @@ def goal_text(group: Group) -> str:
 
 # -- the report -------------------------------------------------------------------------------
 
-COLUMNS = ("id", "measurement", "unit", "published", "servesim", "ratio", "|ln ratio|")
+COLUMNS = ("id", "measurement", "ran on", "replayed as", "unit", "published", "servesim", "ratio",
+           "|ln ratio|")
+NUM_TEXT_COLUMNS = 5
 
 
 def report_lines(results: list[tuple[Group, list[Comparison]]]) -> list[str]:
@@ -287,6 +399,7 @@ def report_lines(results: list[tuple[Group, list[Comparison]]]) -> list[str]:
         lines.append(f"{group.name}: {group.title}")
         lines += _table(comparisons)
         lines.append(_verdict(group, comparisons))
+        lines += _by_family(comparisons)
         lines += [textwrap.fill(source, width=100, initial_indent="  ", subsequent_indent="    ",
                                 break_on_hyphens=False)
                   for source in group.sources]
@@ -295,16 +408,48 @@ def report_lines(results: list[tuple[Group, list[Comparison]]]) -> list[str]:
 
 
 def _table(comparisons: list[Comparison]) -> list[str]:
-    rows = [COLUMNS] + [(c.measurement.id, c.measurement.what, c.measurement.unit,
+    rows = [COLUMNS] + [(c.measurement.id, c.measurement.what, c.measurement.ran_on,
+                         replayed_as(c.measurement), c.measurement.unit,
                          _figure(c.measurement.published), _figure(c.servesim), f"{c.ratio:.2f}",
-                         f"{c.abs_ln_ratio:.3f}") for c in comparisons]
+                         f"{c.abs_ln_ratio:.3f}") for c in ordered(comparisons)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = []
     for row in rows:
-        cells = [cell.ljust(w) if i < 3 else cell.rjust(w)
+        cells = [cell.ljust(w) if i < NUM_TEXT_COLUMNS else cell.rjust(w)
                  for i, (cell, w) in enumerate(zip(row, widths))]
         lines.append("  ".join(cells).rstrip())
     return lines
+
+
+def replayed_as(measurement: Measurement) -> str:
+    """The vLLM version and scheduling whose CPU costs the replay charged."""
+    config = measurement.config()
+    return f"{config.vllm_version} {'async' if config.async_scheduling else 'sync'}"
+
+
+def family(measurement: Measurement) -> str:
+    """A row's vendor and engine generation: what a clock's error most often follows."""
+    return f"{measurement.vendor} / {measurement.generation}"
+
+
+def ordered(comparisons: list[Comparison]) -> list[Comparison]:
+    """Rows grouped by vendor and engine generation, in their order within each."""
+    families = list(dict.fromkeys(family(c.measurement) for c in comparisons))
+    return sorted(comparisons, key=lambda c: families.index(family(c.measurement)))
+
+
+def by_family(comparisons: list[Comparison]) -> dict[str, list[Comparison]]:
+    grouped: dict[str, list[Comparison]] = {}
+    for comparison in ordered(comparisons):
+        grouped.setdefault(family(comparison.measurement), []).append(comparison)
+    return grouped
+
+
+def _by_family(comparisons: list[Comparison]) -> list[str]:
+    """One line per vendor and engine generation: how many rows, their median and worst."""
+    return [f"  {name}: {len(rows)} rows, median |ln ratio| {median_abs_ln(rows):.3f}, worst "
+            f"{worst(rows).abs_ln_ratio:.3f} ({worst(rows).measurement.id})"
+            for name, rows in by_family(comparisons).items()]
 
 
 def _figure(value: float) -> str:
@@ -331,7 +476,15 @@ def to_json(results: list[tuple[Group, list[Comparison]]]) -> dict:
         "worst_abs_ln_ratio": worst(comparisons).abs_ln_ratio,
         "worst_id": worst(comparisons).measurement.id,
         "sources": list(group.sources),
+        "by_vendor_and_engine": {name: {"rows": len(rows),
+                                        "median_abs_ln_ratio": median_abs_ln(rows),
+                                        "worst_abs_ln_ratio": worst(rows).abs_ln_ratio}
+                                 for name, rows in by_family(comparisons).items()},
         "rows": [{"id": c.measurement.id, "measurement": c.measurement.what,
+                  "ran_on": c.measurement.ran_on, "vendor": c.measurement.vendor,
+                  "engine_generation": c.measurement.generation,
+                  "vllm_version": c.measurement.config().vllm_version,
+                  "async_scheduling": c.measurement.config().async_scheduling,
                   "unit": c.measurement.unit, "published": c.measurement.published,
                   "servesim": c.servesim, "ratio": c.ratio,
                   "run_flags": c.measurement.flags()} for c in comparisons],

@@ -71,7 +71,7 @@ def trtllm_rows(prefix: str, tables: dict) -> list[dict]:
                 what=(f"{SHORT_NAMES[model]}, {ranks}x {SHORT_NAMES[gpu]} DP+EP, "
                       f"{input_len:,}/{output_len:,}: output"),
                 published=published, unit="tok/s", result_field="output_throughput",
-                engine=engine, mode="chunked",
+                engine=engine, ran_on="TensorRT-LLM v1.0 (perf-overview)", mode="chunked",
                 workload=dict(input_len=input_len, output_len=output_len,
                               num_prompts=num_prompts)))
     return rows
@@ -80,8 +80,9 @@ def trtllm_rows(prefix: str, tables: dict) -> list[dict]:
 MIXTRAL_LATENCY_ROW = dict(
     id="M0", what="Mixtral-8x7B BF16, 2x H200 TP2, batch of 8: latency", published=1917.44,
     unit="ms", result_field="duration_ms",
-    engine=dict(model="mixtral-8x7b", gpu="h200", tensor_parallel_size=2, max_model_len=8192),
-    mode="continuous", workload=dict(input_len=32, output_len=128, num_prompts=8))
+    engine=dict(model="mixtral-8x7b", gpu="h200", tensor_parallel_size=2, max_model_len=8192,
+                vllm_version="0.6", async_scheduling=False),  # the nightly's V0 engine
+    ran_on="vLLM 0.6 (V0)", mode="continuous", workload=dict(input_len=32, output_len=128, num_prompts=8))
 
 MOE_ROWS = [MIXTRAL_LATENCY_ROW] + trtllm_rows("M", TRTLLM_TABLES)
 MOE_ASIDE_ROWS = trtllm_rows("A", TRTLLM_ASIDE_TABLES)

@@ -28,6 +28,7 @@ from commands.serving import Engine
 from commands.speculative_flag import EXAMPLE as SPECULATIVE_EXAMPLE
 from commands.speculative_flag import parse_speculative_config
 from config import MAX_TOKENS, ConfigError, EngineConfig, Knobs, Range, flag_name
+from engine_overhead import VERSIONS
 from forward_model import make_clock
 from goodput import CHAT_SLOS_MS, SLO_NAMES
 from gpu_memory import plan_memory
@@ -127,6 +128,13 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     group.add_argument("--forward-model", default=DEFAULTS.forward_model,
                        choices=["roofline", "linear"],
                        help="roofline: step time from FLOPs and bytes; linear: the lesson toy's")
+    group.add_argument("--vllm-version", default=DEFAULTS.vllm_version, choices=list(VERSIONS),
+                       help="whose CPU work per step the roofline clock adds, and its defaults: "
+                            "0.6 (V0: CPU per scheduled request, sync only), 0.18.0 and 0.30.0 "
+                            f"(V1, async scheduling on) (default {DEFAULTS.vllm_version})")
+    add_switch(group, "--async-scheduling",
+               help="the CPU prepares step n+1 while step n runs on the GPU (default: the "
+                    "--vllm-version's; on in 0.18.0 and 0.30.0, absent in 0.6)")
     group.add_argument("--linear-step-ms", type=float, default=DEFAULTS.linear_step_ms,
                        metavar="MS", help="linear clock: per step (default 0.2)")
     group.add_argument("--linear-prefill-token-ms", type=float, metavar="MS",
@@ -243,6 +251,10 @@ def config_from_args(args: argparse.Namespace,
         values["speculative_config"] = speculative_config_from_args(args)
     if values.get("max_model_len", 0) is None:
         values["max_model_len"] = model_max_model_len(values.get("model", DEFAULTS.model))
+    if "async_scheduling" in values and values["async_scheduling"] is None:  # the version's
+        version = VERSIONS.get(values.get("vllm_version", DEFAULTS.vllm_version))
+        values["async_scheduling"] = (version.async_scheduling_default if version
+                                      else DEFAULTS.async_scheduling)
     config = EngineConfig(**values)
     config.validate(name)
     return config, name

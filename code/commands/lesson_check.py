@@ -320,7 +320,7 @@ def unsplit_costs(config: EngineConfig) -> str:
     clock = RooflineClock(config)
     chunk_tokens = config.token_budget(enable_chunked_prefill=True)
     step_s = prefill_seconds(config, chunk_tokens)
-    unsplit_s = clock.fixed_s + chunk_tokens * clock.all_reduce_s_per_token
+    unsplit_s = clock.fixed_s + clock.all_reduces_s(chunk_tokens)
     return (f"a step with a {chunk_tokens}-token chunk takes {step_s * 1000:.0f} ms "
             f"there, {unsplit_s * 1000:.0f} ms of it per-layer fixed costs and all-reduces, which "
             "more GPUs do not split")

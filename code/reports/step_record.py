@@ -285,5 +285,5 @@ def cost_parts_s(clock, batch, step_s: float) -> Optional[tuple]:
     compute_s = (num_tokens * clock.gemm_s_per_token + batch.num_seqs * clock.lm_head_s_per_seq
                  + batch.num_attention_pairs * clock.attention_s_per_pair)
     kv_s = (batch.num_context_tokens + num_tokens) * clock.kv_s_per_token
-    rest_s = clock.fixed_s + num_tokens * clock.all_reduce_s_per_token + drafting_s
+    rest_s = clock.fixed_s + clock.all_reduces_s(num_tokens) + drafting_s
     return clock.weight_stream_s, kv_s, compute_s, rest_s

@@ -9,6 +9,7 @@ import textwrap
 from dataclasses import asdict
 from typing import Optional
 
+from engine_overhead import DEFAULT_VERSION, VERSIONS
 from goodput import describe_slo
 
 
@@ -43,6 +44,22 @@ def header_lines(config, plan, model_name, gpu_name, workload) -> list[str]:
     ]
     if config.speculative_config is not None:
         lines += textwrap.wrap(config.speculative_config.describe(), width=100,
+                               subsequent_indent="  ")
+    return lines + engine_version_lines(config)
+
+
+def engine_version_lines(config) -> list[str]:
+    """Said only off vLLM 0.30.0's defaults: whose CPU costs the clock charged, and what that
+    version's scheduler did that servesim does not follow."""
+    version = VERSIONS[config.vllm_version]
+    if (config.vllm_version == DEFAULT_VERSION
+            and config.async_scheduling == version.async_scheduling_default):
+        return []
+    scheduling = "async scheduling" if config.async_scheduling else "sync scheduling"
+    lines = [f"engine: vLLM {version.version} ({version.generation}) CPU costs per step, "
+             f"{scheduling} (engine_overhead.py)"]
+    if version.not_modelled:
+        lines += textwrap.wrap(f"not modelled: {version.not_modelled}", width=100,
                                subsequent_indent="  ")
     return lines
 
