@@ -74,7 +74,8 @@ def test_step_log_has_one_line_per_step_with_the_scheduled_tokens_in_order(tmp_p
     assert lines[0]["time_s"] == 0.0
     assert abs(lines[1]["time_s"] - lines[0]["step_ms"] / 1000) < 1e-6
     assert lines[-1]["num_free_blocks"] == json.loads(servesim(
-        "--trace", str(trace), "--format", "json").stdout)["config"]["num_gpu_blocks"]
+        "--trace", str(trace), "--mode", "chunked", "--format", "json").stdout)["config"][
+        "num_gpu_blocks"]  # the pool this mode's budget leaves (gpu_memory.profile_num_tokens)
 
 
 def test_a_bad_trace_line_leaves_no_step_log_behind(tmp_path):

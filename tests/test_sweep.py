@@ -119,8 +119,8 @@ def test_a_budget_sweep_serves_chunked_prefill_at_each_budget_and_names_it(capsy
     assert [(r["mode"], r["max_num_batched_tokens"]) for r in document["results"]] == [
         ("CONTINUOUS+CHUNKED", budget) for budget in (256, 1024, 4096)]
     assert [r["budget_blocks"] for r in document["results"]] == [16, 64, 256]
-    num_blocks = document["config"]["num_gpu_blocks"]
     for result in document["results"]:
+        num_blocks = result["num_gpu_blocks"]  # each budget's own pool
         peak_blocks = round(result["peak_kv_usage_pct"] / 100 * num_blocks)
         assert result["min_free_blocks"] == num_blocks - peak_blocks
     itl = [r["p99_itl_ms"] for r in document["results"]]
@@ -152,6 +152,7 @@ def budget_points(rows, fewest_free):
     return [SweepPoint("CONTINUOUS+CHUNKED", "max_num_batched_tokens", budget,
                        {"output_throughput": tok_s, "p99_itl_ms": itl_ms,
                         "budget_blocks": budget // 16, "min_free_blocks": free,
+                        "num_gpu_blocks": 1000,
                         "num_preemptions": 0, "request_goodput": goodput})
             for (budget, tok_s, itl_ms, goodput), free in zip(rows, fewest_free)]
 
@@ -159,13 +160,13 @@ def budget_points(rows, fewest_free):
 def test_the_budget_rule_finds_the_knee_and_says_whether_the_pool_or_the_budget_limits():
     rows = [(256, 100.0, 50.0, 0.5), (512, 120.0, 90.0, 0.9), (1024, 124.0, 170.0, 0.4),
             (2048, 125.0, 320.0, 0.3)]
-    roomy = budget_rule_lines(budget_points(rows, [900, 800, 700, 600]), 1000, 16)
+    roomy = budget_rule_lines(budget_points(rows, [900, 800, 700, 600]), 16)
     assert "the budget, not the KV cache, limits a step" in roomy[0].replace("\n  ", " ")
     knee = roomy[1].replace("\n  ", " ")
     assert "past a 512-token budget each larger one adds under 5%" in knee
     assert "(120 -> 125 tok/s by 2,048 tokens)" in knee and "from 90 to 320 ms" in knee
     assert "a 512-token budget (0.90 req/s)" in roomy[2]
-    full = budget_rule_lines(budget_points(rows, [0, 0, 0, 0]), 1000, 16)
+    full = budget_rule_lines(budget_points(rows, [0, 0, 0, 0]), 16)
     assert "fill the KV cache at every budget" in full[0].replace("\n  ", " ")
-    partly = budget_rule_lines(budget_points(rows, [900, 800, 50, 40]), 1000, 16)
+    partly = budget_rule_lines(budget_points(rows, [900, 800, 50, 40]), 16)
     assert "from a 1,024-token budget on" in partly[0].replace("\n  ", " ")

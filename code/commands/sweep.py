@@ -97,8 +97,7 @@ def run_sweep(args: argparse.Namespace, context) -> str:
         lines = engine.title_lines(first_workload) + load_lines
         lines += [""] + sweep_table(points)
         if load_name == "max_num_batched_tokens":
-            lines += [""] + budget_rule_lines(points, engine.plan.num_gpu_blocks,
-                                              engine.config.block_size)
+            lines += [""] + budget_rule_lines(points, engine.config.block_size)
         else:
             lines += [""] + saturation_lines(points)
         return "\n".join(lines + top_load_surprises(points))
@@ -185,6 +184,7 @@ def run_points(modes: list, specs: list, load_name: str) -> list[SweepPoint]:
             metrics = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
             if mode.is_paged:  # what the pool had left at its fullest (the budget rule's input)
                 block_size = engine.config.block_size
+                metrics["num_gpu_blocks"] = engine.plan.num_gpu_blocks  # this point's pool
                 metrics["min_free_blocks"] = (engine.plan.num_gpu_blocks
                                               - recorder.peak_reserved_slots // block_size)
                 if load_name == "max_num_batched_tokens":

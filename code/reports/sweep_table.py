@@ -147,7 +147,7 @@ def _json_rate(request_rate):
     return request_rate
 
 
-def budget_rule_lines(points: list[SweepPoint], num_pool_blocks: int, block_size: int) -> list[str]:
+def budget_rule_lines(points: list[SweepPoint], block_size: int) -> list[str]:
     """Exercise 2's rule, read off a budget sweep, per mode.
 
     A step's budget bounds the new KV blocks its prompt tokens fill (budget / block size); what it
@@ -160,7 +160,7 @@ def budget_rule_lines(points: list[SweepPoint], num_pool_blocks: int, block_size
     lines = []
     for mode_name in dict.fromkeys(point.mode_name for point in points):
         curve = [point for point in points if point.mode_name == mode_name]
-        lines.append(_blocks_line(mode_name, curve, num_pool_blocks, block_size))
+        lines.append(_blocks_line(mode_name, curve, block_size))
         knee = next((here for here, after in zip(curve, curve[1:])
                      if after.metrics["output_throughput"]
                      < (1 + SATURATION_BAND) * here.metrics["output_throughput"]), None)
@@ -179,13 +179,17 @@ def budget_rule_lines(points: list[SweepPoint], num_pool_blocks: int, block_size
     return [textwrap.fill(line, width=100, subsequent_indent="  ") for line in lines]
 
 
-def _blocks_line(mode_name: str, curve: list[SweepPoint], num_pool_blocks: int,
-                 block_size: int) -> str:
+def _blocks_line(mode_name: str, curve: list[SweepPoint], block_size: int) -> str:
+    """Each budget has its own pool: vLLM's profiling pass, which the memory left for KV blocks
+    follows, runs the budget's tokens (gpu_memory.profile_num_tokens)."""
     fewest = [point.metrics["min_free_blocks"] for point in curve]
+    pools = [point.metrics["num_gpu_blocks"] for point in curve]
+    pool = f"the pool of {_span(pools)} blocks" if len(set(pools)) == 1 else (
+        f"the pools of {_span(pools)} blocks (a larger budget's profiling pass leaves fewer)")
     claims = (f"- {mode_name}: a step's budget fills at most {curve[0].metrics['budget_blocks']:,} "
               f"({curve[0].load:,.0f} tokens) to {curve[-1].metrics['budget_blocks']:,} "
-              f"({curve[-1].load:,.0f}) new {block_size}-token blocks; at its fullest the pool "
-              f"of {num_pool_blocks:,} blocks had {_span(fewest)} free")
+              f"({curve[-1].load:,.0f}) new {block_size}-token blocks; at its fullest {pool} had "
+              f"{_span(fewest)} free")
     overflowing = [point for point in curve
                    if point.metrics["budget_blocks"] > point.metrics["min_free_blocks"]]
     if not overflowing:
