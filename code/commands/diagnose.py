@@ -93,6 +93,7 @@ class Evaluator:
         self.context = context
         self.workload = workload
         self.facts = facts
+        self.num_served = 0  # simulations run (a config that cannot start is not served)
 
     def baseline(self, args: argparse.Namespace) -> Evaluation:
         """The config the flags describe: a flag no engine could run with is an error; a config
@@ -127,6 +128,7 @@ class Evaluator:
             return Evaluation(args, config, chunked, refused_finding(config, str(refusal)), None,
                               str(refusal))
         recorder = engine.serve(self.workload, modes[0])
+        self.num_served += 1
         require_completions(recorder)
         summary = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
         summary["good_requests"] = sum(1 for request in recorder.completed()
@@ -231,7 +233,7 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
                              baseline.finding.evidence.get("decode_floor_ms", 0.0))
     meets = (observed_meets_slo(observed, evaluator.slos_ms(args), SLO_ATTAINMENT_PCT)
              if observed is not None else None)
-    found = (Search([], [], baseline, [], 0) if meets else search(baseline, evaluator, facts))
+    found = (Search([], [], baseline, []) if meets else search(baseline, evaluator, facts))
     model, gpu = lookup(baseline.config)
     refused = [memory_refusal(baseline.refusal)] if baseline.refusal else []
     return Diagnosis(
@@ -239,7 +241,7 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
                             gpu.name, workload),
         sent=sent, assumed=assumed, num_requests=facts.num_requests, observed_meets_slo=meets,
         baseline=baseline, kept=found.kept, rejected=found.rejected,
-        final=found.final, hardware=found.hardware, num_runs=found.num_runs + 1,
+        final=found.final, hardware=found.hardware, num_runs=evaluator.num_served,
         config_read=config_read(baseline.config, baseline.chunked, gpu),
         compatibility=refused + compatibility(baseline.config, baseline.chunked),
         measure_next=MEASURE_NEXT[baseline.finding.bottleneck],
@@ -254,8 +256,9 @@ def assume_vllm_defaults(args: argparse.Namespace) -> list[str]:
     if args.gpu not in GPUS:
         return []  # config_from_args names the bad --gpu
     chunked = args.enable_chunked_prefill is not False
+    max_model_len = args.max_model_len or flags.model_max_model_len(args.model)
     assumed = []
-    for dest, value in serve_defaults(GPUS[args.gpu], chunked, args.max_model_len).items():
+    for dest, value in serve_defaults(GPUS[args.gpu], chunked, max_model_len).items():
         if getattr(args, dest) is None:
             setattr(args, dest, value)
             assumed.append(f"--{dest.replace('_', '-')} {value:g}")

@@ -116,13 +116,12 @@ class Trial:
 
 @dataclass
 class Search:
-    """What the search served: the changes kept in order, those tried and not kept, the run
+    """What the search found: the changes kept in order, those tried and not kept, the run
     after the kept ones, and the hardware options served side by side."""
     kept: list[Trial]
     rejected: list[Trial]
     final: object             # diagnose.Evaluation
     hardware: list[Trial]     # the more-GPU options served (kept or not), side by side
-    num_runs: int
 
 
 def good_requests(run) -> int:
@@ -161,10 +160,10 @@ def search(baseline, evaluate: Callable, workload_facts) -> Search:
         rejected += [trial for trial, _ in served if trial is not best]
     hardware = []
     if not meets_slo(current):
-        served = [(judge(changes, current, trial_run), trial_run)
-                  for changes in hardware_candidates(current)
-                  for trial_run in [evaluate(apply(current.args, changes))]]
-        runs += len(served)
+        served = []
+        for changes in hardware_candidates(current):
+            trial_run = evaluate(apply(current.args, changes))
+            served.append((judge(changes, current, trial_run), trial_run))
         for trial, trial_run in served:  # more GPUs must raise goodput, not merely speed it up
             if trial.kept and trial.before is not None and (
                     good_requests(trial_run) - good_requests(current) < raised_by(current)):
@@ -177,7 +176,7 @@ def search(baseline, evaluate: Callable, workload_facts) -> Search:
             for trial in hardware:
                 trial.kept = trial is best
             kept.append(best)
-    return Search(kept, rejected, current, hardware, runs)
+    return Search(kept, rejected, current, hardware)
 
 
 def _rank(run, before) -> tuple:
