@@ -19,20 +19,23 @@ may say what their tokens are, for prefix caching: `hash_ids` (one id per 512 pr
 failed request with 0 response tokens; its reader marks such rows `failed` (trace_replay.py skips
 and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
 
-Files are read line by line, never loaded whole, and no line is held past MAX_LINE_CHARS
-characters: a file that is not a trace (one huge line) is refused after reading that much of it.
+A trace is read once, whole (commands/user_input.py: a regular file of at most 256 MiB of UTF-8),
+and every pass over it (the check, then each mode) parses that text, so a file that changes
+while servesim runs cannot give two passes different rows. No line may pass MAX_LINE_CHARS
+characters: a file that is not a trace (one huge line) is refused there.
 A bad row raises one `WorkloadError` line naming the file, the line number and what is wrong.
 """
 
 import csv
+import io
 import itertools
 import json
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterator, Optional
 
+from commands.user_input import JsonRefused, parse_json, read_text_file
 from config import MAX_TOKENS, Range
 from request import TokenContent
 from workload import WorkloadError
@@ -105,16 +108,15 @@ CSV_LAYOUTS = {
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "csv")
 
 
-def read_csv_rows(path: str, layout: CsvLayout) -> Iterator[TraceRow]:
-    with open_trace(path, newline="") as file:
-        reader = csv.reader(capped_lines(path, file))
-        try:
-            columns = column_indexes(path, next(reader, []), layout)
-            for fields in reader:
-                if fields:  # skip blank lines
-                    yield csv_row(path, reader.line_num, fields, columns, layout)
-        except csv.Error as error:
-            raise trace_error(path, reader.line_num, f"not valid CSV ({error})") from None
+def read_csv_rows(path: str, text: str, layout: CsvLayout) -> Iterator[TraceRow]:
+    reader = csv.reader(capped_lines(path, text))
+    try:
+        columns = column_indexes(path, next(reader, []), layout)
+        for fields in reader:
+            if fields:  # skip blank lines
+                yield csv_row(path, reader.line_num, fields, columns, layout)
+    except csv.Error as error:
+        raise trace_error(path, reader.line_num, f"not valid CSV ({error})") from None
 
 
 def column_indexes(path: str, header: list[str], layout: CsvLayout) -> dict[str, int]:
@@ -168,19 +170,20 @@ DEFAULT_HASH_BLOCK_SIZE = 512  # prompt tokens per hash id in Mooncake's FAST'25
 HASH_ID_SOURCE = 1             # a hash id h names the tokens of source (1, h)
 
 
-def read_mooncake_rows(path: str, hash_block_size: int) -> Iterator[TraceRow]:
+def read_mooncake_rows(path: str, text: str, hash_block_size: int) -> Iterator[TraceRow]:
     """One JSON object a line; its numbers go through the same checks as CSV text."""
-    with open_trace(path) as file:
-        for line, text in enumerate(capped_lines(path, file), start=1):
-            if text.strip():
-                yield mooncake_row(path, line, text, hash_block_size)
+    for line, line_text in enumerate(capped_lines(path, text), start=1):
+        if line_text.strip():
+            yield mooncake_row(path, line, line_text, hash_block_size)
 
 
 def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> TraceRow:
     try:
-        record = json.loads(text)
+        record = parse_json(text)
     except json.JSONDecodeError as error:
         raise trace_error(path, line, f"not a JSON object ({error.msg})") from None
+    except JsonRefused as error:
+        raise trace_error(path, line, str(error)) from None
     if not isinstance(record, dict):
         raise trace_error(path, line, "not a JSON object")
     for key in MOONCAKE_FIELDS:
@@ -271,8 +274,10 @@ def trace_error(path: str, line: int, problem: str) -> WorkloadError:
     return WorkloadError(f"{path}:{line}: {problem}")
 
 
-def capped_lines(path: str, file) -> Iterator[str]:
-    """The file's lines, refusing one longer than MAX_LINE_CHARS without reading the rest of it."""
+def capped_lines(path: str, text: str) -> Iterator[str]:
+    """The trace's lines (split as a file opened with newline="" splits them, so that the csv
+    module sees quoted line breaks), refusing one longer than MAX_LINE_CHARS."""
+    file = io.StringIO(text, newline="")
     for line_number in itertools.count(1):
         text = file.readline(MAX_LINE_CHARS + 1)
         if not text:
@@ -283,25 +288,16 @@ def capped_lines(path: str, file) -> Iterator[str]:
         yield text
 
 
-@contextmanager
-def open_trace(path: str, newline: Optional[str] = None):
-    """Open a trace as text; an unreadable or binary file becomes one clear error line."""
-    try:
-        with open(path, encoding="utf-8-sig", newline=newline) as file:
-            yield file
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read trace ({error.strerror})") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{path}: not a text file; a trace is CSV or JSON lines "
-                            "in UTF-8") from None
+def read_trace_text(path: str) -> str:
+    """The whole trace file as text, read once (see the module docstring)."""
+    return read_text_file(f"--trace {path}", path, WorkloadError, what="trace")
 
 
 # -- which format ----------------------------------------------------------------------------
 
-def detect_format(path: str) -> str:
+def detect_format(path: str, text: str) -> str:
     """Tell the format from the first line: a JSON object is Mooncake, else the CSV header."""
-    with open_trace(path, newline="") as file:
-        first_line = next(capped_lines(path, file), "")
+    first_line = next(capped_lines(path, text), "")
     if not first_line.strip():
         raise trace_error(path, 1, "empty first line; a trace starts with its CSV header or, "
                                    "for Mooncake, its first JSON object")
@@ -318,8 +314,9 @@ def detect_format(path: str) -> str:
                                f"--trace-format")
 
 
-def trace_rows(path: str, trace_format: str,
+def trace_rows(path: str, text: str, trace_format: str,
                hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE) -> Iterator[TraceRow]:
+    """The rows of a trace's text (read_trace_text); `path` names it in refusals."""
     if trace_format == "mooncake":
-        return read_mooncake_rows(path, hash_block_size)
-    return read_csv_rows(path, CSV_LAYOUTS[trace_format])
+        return read_mooncake_rows(path, text, hash_block_size)
+    return read_csv_rows(path, text, CSV_LAYOUTS[trace_format])
