@@ -105,7 +105,7 @@ CATALOGUE = [
     (["--svg", ""], "--svg '': an empty path; give a file name"),
     (["run", "--save-detailed", ""], "--save-detailed '': an empty path"),
     (["--step-log", "{dir}"], "is a directory; give a file path"),
-    (["--step-log", "/dev/null"], "is not a regular file"),
+    (["--step-log", "/dev/null"], "is a character device, not a regular file"),
     (["--trace", "{trace}", "--step-log", "{trace}"], "is the same file as --trace"),
     (["--svg", "{dir}/out.svg", "--step-log", "{dir}/./out.svg"],
      "--step-log {dir}/./out.svg is the same file as --svg {dir}/out.svg"),
