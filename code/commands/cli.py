@@ -36,6 +36,7 @@ from commands import (calibration, compare, diagnose, kv_waste, lesson_check, pr
                       stopping, sweep)
 from commands.output_files import OutputError, remove_leftovers
 from config import ConfigError, Knobs
+from modes import MODES
 from workload import WorkloadError
 
 COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, presets, calibration)
@@ -99,7 +100,7 @@ def refuse(error: Exception, status: int) -> int:
 
 def run_command(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
     try:
-        knobs.check()
+        knobs.check(tuple(MODES))
     except ConfigError as error:
         return refuse(error, 2)
     parser = build_parser(knobs)

@@ -117,6 +117,13 @@ def sweep_points_from_args(args: argparse.Namespace, context, modes: list,
     """(the load swept, [(value, engine, workload)]): every point's engine and workload built,
     and so checked, before the first simulation."""
     if len(budgets) > 1:
+        without = [mode.name for mode in modes if not mode.has_token_budget]
+        if without:
+            raise ConfigError(f"--max-num-batched-tokens {args.max_num_batched_tokens} sweeps "
+                              f"the token budget, which {' and '.join(without)} "
+                              f"{'does' if len(without) == 1 else 'do'} not have (a "
+                              "padded batch computes every member's tokens); choose --mode "
+                              "continuous, chunked or both")
         if args.request_rates is not None or args.concurrencies is not None:
             raise ConfigError("sweep one thing at a time: a list of --max-num-batched-tokens "
                               "runs at one load (--request-rate or --max-concurrency), so drop "
