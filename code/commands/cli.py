@@ -32,8 +32,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from commands import (calibration, compare, diagnose, invariants, kv_waste, lesson_check,
-                      presets, run, stopping, sweep)
+from commands import (calibration, compare, diagnose, estimate, invariants, kv_waste,
+                      lesson_check, presets, progress, run, stopping, sweep)
 from commands.output_files import OutputError, remove_leftovers
 from config import ConfigError, Knobs
 from modes import MODES
@@ -102,6 +102,8 @@ def run_command(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
     try:
         knobs.check(tuple(MODES))
         invariants.wanted()  # an unknown SERVESIM_CHECK_INVARIANTS is refused before any run
+        estimate.new_command()
+        progress.new_command()
     except ConfigError as error:
         return refuse(error, 2)
     parser = build_parser(knobs)

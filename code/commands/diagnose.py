@@ -57,6 +57,7 @@ class Evaluator:
     def __init__(self, context, workload):
         self.context = context
         self.workload = workload
+        self.num_served = 0  # runs so far, for the progress line
 
     def baseline(self, args: argparse.Namespace) -> Evaluation:
         """The config the flags describe: a flag no engine could run with is an error; a config
@@ -87,7 +88,9 @@ class Evaluator:
         except ConfigError as refusal:  # the memory plan: what vLLM refuses at start-up
             return Evaluation(args, config, chunked, refused_finding(config, str(refusal)), None,
                               str(refusal))
-        recorder = engine.serve(self.workload, modes[0])
+        self.num_served += 1
+        recorder = engine.serve(self.workload, modes[0],
+                                label=f"diagnose run {self.num_served}, {modes[0].name}")
         require_completions(recorder)
         summary = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
         tpot_slo_ms = engine.slos_ms.get("tpot", CHAT_SLOS_MS["tpot"])

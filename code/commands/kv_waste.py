@@ -223,7 +223,8 @@ def run_kv_waste(args: argparse.Namespace, context) -> str:
                           f"{config.max_model_len}; raise it")
     all_policies = policies(config.block_size)
     accounting = ReservationAccounting(all_policies, config.max_model_len)
-    recorder = engine.serve(workload, MODES["chunked"], [accounting])
+    recorder = engine.serve(workload, MODES["chunked"], [accounting],
+                            label=f"kv-waste, {MODES['chunked'].name}")
     require_completions(recorder)
     over_time = accounting.waste_pct()
     report = KvWasteReport(engine, workload, population, all_policies, over_time,

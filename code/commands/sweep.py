@@ -187,7 +187,8 @@ def run_points(modes: list, specs: list, load_name: str) -> list[SweepPoint]:
     points = []
     for mode in modes:
         for load, engine, workload in specs:
-            recorder = engine.serve(workload, mode)
+            label = f"point {len(points) + 1}/{len(modes) * len(specs)} ({load_name} {load:g}), "
+            recorder = engine.serve(workload, mode, label=label + mode.name)
             require_completions(recorder)
             metrics = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
             if mode.is_paged:  # what the pool had left at its fullest (the budget rule's input)

@@ -17,6 +17,7 @@ import argparse
 import math
 import sys
 
+from commands import estimate
 from config import EngineConfig
 from forward_model import make_clock
 from traces.formats import DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS
@@ -143,6 +144,7 @@ def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Worklo
     """The workload the flags ask for, checked: every option, and that the virtual clock can
     still count steps at the last arrival."""
     workload = _workload(args, config)
+    estimate.check_size(workload, config)  # before anything slow: a long run says so first
     check_clock_resolution(workload, make_clock(config).shortest_step_s(), workload_kind(args))
     return workload
 
