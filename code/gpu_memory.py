@@ -24,16 +24,14 @@ its share of the KV heads, and at least one (more GPUs than KV heads: each keeps
 
 Weights that do not fit, or a pool that cannot hold one `--max-model-len` sequence, are refused as
 vLLM refuses them at start-up, and so is a pool of more blocks than servesim keeps in memory
-(config.MAX_NUM_GPU_BLOCKS). The refusal lists the one-flag changes that would fit: each is
-planned and validated here before it is suggested, so following the advice always works.
+(config.MAX_NUM_GPU_BLOCKS). The refusal names the settings that could mend it; the command
+line's advice (commands/memory_advice.py) lists the one-flag changes that would fit, each
+planned and validated before it is suggested, so following the advice always works.
 """
 
-from dataclasses import dataclass, replace
-from typing import Optional
+from dataclasses import dataclass
 
-from config import (CUDA_BLOCK_SIZE_MULTIPLE, MAX_NUM_GPU_BLOCKS, MAX_TOKENS, ConfigError,
-                    EngineConfig, flag_name, valid_tensor_parallel_sizes)
-from kv_cache import num_blocks_for
+from config import MAX_NUM_GPU_BLOCKS, ConfigError, EngineConfig
 from presets import GPUS, MODELS, GpuSpec, ModelSpec
 
 GIB = 2**30
@@ -91,24 +89,9 @@ def activation_reserve_bytes(model: ModelSpec, gpu: GpuSpec, config: EngineConfi
 
 def plan_memory(config: EngineConfig) -> MemoryPlan:
     """Size the KV pool; refuse, as vLLM does, when the weights or one sequence do not fit (and,
-    as servesim must, a pool of more blocks than it keeps in memory). A refusal names the
-    changes that would fit, each one alone: every one of them is tried, and passes."""
-    try:
-        return _plan(config)
-    except DoesNotFit as refusal:
-        raise ConfigError(refusal.problem + _advice(config, refusal.remedies)) from None
-
-
-class DoesNotFit(ConfigError):
-    """A plan that does not fit: what is wrong, and which settings could mend it."""
-
-    def __init__(self, problem: str, remedies: tuple):
-        super().__init__(problem)
-        self.problem = problem
-        self.remedies = remedies  # names of the candidate functions below, in the order to try
-
-
-def _plan(config: EngineConfig) -> MemoryPlan:
+    as servesim must, a pool of more blocks than it keeps in memory). The refusal, DoesNotFit,
+    names what is wrong and which settings could mend it; commands/memory_advice.py tries them
+    and words the advice the command line prints."""
     plan = memory_layout(config)
     if not plan.overridden:
         weights, reserve = plan.weight_bytes, plan.activation_reserve_bytes
@@ -135,6 +118,15 @@ def _plan(config: EngineConfig) -> MemoryPlan:
     return plan
 
 
+class DoesNotFit(ConfigError):
+    """A plan that does not fit: what is wrong, and which settings could mend it."""
+
+    def __init__(self, problem: str, remedies: tuple):
+        super().__init__(problem)
+        self.problem = problem
+        self.remedies = remedies  # names of commands/memory_advice.py's candidates, in order
+
+
 def memory_layout(config: EngineConfig) -> MemoryPlan:
     """The memory as vLLM would lay it out, refusing nothing (`plan_memory` refuses): weights
     that do not fit leave no KV blocks. `diagnose` reads it to say why a config cannot start."""
@@ -156,114 +148,3 @@ def memory_layout(config: EngineConfig) -> MemoryPlan:
         num_blocks = max(0, (usable - weights - reserve) // (kv_per_token * config.block_size))
     return MemoryPlan(usable, weights, reserve, kv_per_token, config.block_size, num_blocks,
                       overridden=config.num_gpu_blocks_override is not None)
-
-
-# -- advice: each candidate a change of one flag, kept only if the changed config plans ---------
-
-def _advice(config: EngineConfig, remedies: tuple) -> str:
-    advice = [text for text in (_first_that_fits(config, remedy) for remedy in remedies) if text]
-    if not advice:
-        return "; no change of one setting servesim can suggest makes it fit"
-    return "; any one of these fits: " + ", ".join(advice)
-
-
-def _first_that_fits(config: EngineConfig, remedy: str) -> Optional[str]:
-    """The first candidate of `remedy` that validates and plans, as flag text (GPUs: all)."""
-    fitting = [text for text, changes in CANDIDATES[remedy](config) if _fits(config, changes)]
-    if remedy == "gpu" and fitting:
-        others = f" (or {', '.join(fitting[1:])})" if fitting[1:] else ""
-        return f"--gpu {fitting[0]}{others}"
-    return fitting[0] if fitting else None
-
-
-def _fits(config: EngineConfig, changes: dict) -> bool:
-    changed = replace(config, **changes)
-    try:
-        changed.validate()
-        _plan(changed)
-    except ConfigError:
-        return False
-    return True
-
-
-def _utilizations(config):
-    for value in (0.9, 0.95):
-        if value > config.gpu_memory_utilization:
-            yield f"--gpu-memory-utilization {value}", {"gpu_memory_utilization": value}
-
-
-def _tensor_parallel_sizes(config):
-    for tp in valid_tensor_parallel_sizes(config.model):
-        if tp > config.tensor_parallel_size:
-            yield f"--tensor-parallel-size {tp}", {"tensor_parallel_size": tp}
-
-
-def _gpus(config):
-    for key in GPUS:
-        if key != config.gpu:
-            yield key, {"gpu": key}
-
-
-def _max_model_lens(config):
-    """The tokens the cache holds now: a sequence that long fits (or more, if lowering
-    max_model_len shrinks the profiling pass and so the activation reserve)."""
-    try:
-        tokens = _pool_tokens(config)
-    except ConfigError:
-        return
-    if 0 < tokens < config.max_model_len:
-        yield f"--max-model-len {tokens}", {"max_model_len": tokens}
-
-
-def _pool_tokens(config: EngineConfig) -> int:
-    """Tokens the pool holds, whether or not that is a whole sequence."""
-    return _plan(replace(config, max_model_len=1)).kv_cache_tokens
-
-
-def _kv_cache_dtypes(config):
-    if config.kv_cache_dtype != "fp8":
-        yield "--kv-cache-dtype fp8", {"kv_cache_dtype": "fp8"}
-
-
-def _smaller_blocks(config):
-    if config.block_size > CUDA_BLOCK_SIZE_MULTIPLE:
-        yield f"--block-size {CUDA_BLOCK_SIZE_MULTIPLE}", {"block_size": CUDA_BLOCK_SIZE_MULTIPLE}
-
-
-def _larger_blocks(config):
-    block_size = config.block_size * 2
-    while block_size <= MAX_TOKENS:
-        yield f"--block-size {block_size}", {"block_size": block_size}
-        block_size *= 2
-
-
-def _more_blocks(config):
-    """An override that holds one sequence (only where the user gave an override: else vLLM
-    sizes the pool from memory, and more blocks than that would not be there)."""
-    if config.num_gpu_blocks_override is not None:
-        blocks = num_blocks_for(config.max_model_len, config.block_size)
-        yield f"--num-gpu-blocks-override {blocks}", {"num_gpu_blocks_override": blocks}
-
-
-def _fewest_blocks(config):
-    """The most blocks servesim keeps: fewer than memory holds, so honest about memory."""
-    yield (f"--num-gpu-blocks-override {MAX_NUM_GPU_BLOCKS}",
-           {"num_gpu_blocks_override": MAX_NUM_GPU_BLOCKS})
-
-
-def _default_of(field_name: str, default: int):
-    """A setting that grows the activation reserve, back at the lesson's default."""
-    def candidates(config):
-        value = getattr(config, field_name)
-        if value is not None and value > default:
-            yield f"{flag_name(field_name)} {default}", {field_name: default}
-    return candidates
-
-
-CANDIDATES = {"utilization": _utilizations, "tensor_parallel": _tensor_parallel_sizes,
-              "gpu": _gpus, "max_model_len": _max_model_lens, "kv_cache_dtype": _kv_cache_dtypes,
-              "smaller_block": _smaller_blocks, "larger_block": _larger_blocks,
-              "more_blocks": _more_blocks, "fewest_blocks": _fewest_blocks,
-              "fewer_seqs": _default_of("max_num_seqs", EngineConfig.max_num_seqs),
-              "shorter_len": _default_of("max_model_len", EngineConfig.max_model_len),
-              "smaller_budget": _default_of("max_num_batched_tokens", 8192)}

@@ -13,7 +13,7 @@ from commands import flags
 from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
-from goodput import add_request_goodput, describe_slos
+from goodput import add_request_goodput
 from reports import tables
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
@@ -63,7 +63,7 @@ def run_compare(args: argparse.Namespace, context) -> str:
         if outputs.format == "json":
             return tables.to_json(engine.config, engine.plan, workload, results, recorders)
         columns = tables.COLUMNS + [tables.GOODPUT_COLUMN]
-        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms,
+        lines = engine.title_lines(workload) + tables.describe_slos(engine.slos_ms,
                                                              flags.goodput_note(args))
         lines += [""] + tables.comparison_table(results, columns)
         lines += tables.speculation_lines(results)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
 from commands import progress
+from commands.memory_advice import advised_plan
 from commands.output_files import check_paths
 from commands.serving import Engine
 from commands.speculative_flag import EXAMPLE as SPECULATIVE_EXAMPLE
@@ -30,7 +31,6 @@ from commands.speculative_flag import parse_speculative_config
 from config import ConfigError, EngineConfig, Knobs, Range, flag_name
 from forward_model import make_clock
 from goodput import CHAT_SLOS_MS, SLO_NAMES
-from gpu_memory import plan_memory
 from modes import MODES
 from presets import GPUS, MODELS
 from reports.serving_block import PERCENTILE_METRICS
@@ -296,7 +296,7 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     for mode in modes:
         mode.check(config, name)
     slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
-    return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
+    return Engine(context.simulate, config, modes, advised_plan(config), make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
 
 

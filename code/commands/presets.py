@@ -3,6 +3,7 @@
 import textwrap
 
 from presets import GPUS, MODELS
+from reports.columns import aligned
 
 
 def add_parser(subparsers, knobs) -> None:
@@ -26,7 +27,7 @@ def presets_tables() -> list[str]:
         fp8 = "-" if gpu.fp8_tflops is None else f"{gpu.fp8_tflops:,.1f}"
         rows.append((key, gpu.name, f"{gpu.memory_gib:.2f}", f"{gpu.memory_bandwidth_gbs:,.0f}",
                      f"{gpu.bf16_tflops:,.1f}", fp8, f"{gpu.interconnect_gbs:,.0f}"))
-    lines += _aligned(rows, num_text_columns=2)
+    lines += aligned(rows, num_text_columns=2)
     lines += ["", "Models (from each checkpoint's config.json; KV bytes per token = layers x 2 x "
                   "kv_heads x head_dim x bytes)"]
     rows = [("key", "layers", "hidden", "heads/kv", "params B", "weights", "weights GiB",
@@ -36,20 +37,9 @@ def presets_tables() -> list[str]:
                      f"{model.num_heads}/{model.num_kv_heads}", f"{model.num_params / 1e9:.2f}",
                      model.weight_dtype, f"{model.weight_bytes / gib:.2f}",
                      f"{model.kv_bytes_per_token('auto'):,}", f"{model.kv_bytes_per_token('fp8'):,}"))
-    lines += _aligned(rows, num_text_columns=1)
+    lines += aligned(rows, num_text_columns=1)
     lines += ["", "Sources"]
     for key, preset in [*GPUS.items(), *MODELS.items()]:
         lines.append(textwrap.fill(f"{key}: {preset.source}", width=100, subsequent_indent="    ",
                                    break_on_hyphens=False))
-    return lines
-
-
-def _aligned(rows: list[tuple], num_text_columns: int) -> list[str]:
-    """Left-align the first columns (names), right-align the rest (numbers)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(w) if i < num_text_columns else cell.rjust(w)
-                 for i, (cell, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
     return lines

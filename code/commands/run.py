@@ -12,7 +12,6 @@ from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
-from goodput import describe_slos
 from metrics import serving_metrics
 from reports import tables
 from reports.block_table import render_block_table
@@ -95,7 +94,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
             return tables.to_json(engine.config, engine.plan, workload, [(name, metrics)],
                                   [(name, recorder)])
         mode = modes[0]
-        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms)
+        lines = engine.title_lines(workload) + tables.describe_slos(engine.slos_ms)
         lines += [f"mode: {mode.name} ({mode.summary})", ""]
         lines += serving_result_block(metrics, outputs.percentiles, outputs.percentile_metrics,
                                       workload.params)

@@ -35,7 +35,7 @@ from commands.output_files import PendingFiles
 from commands.serving import Engine, require_completions
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
-from goodput import add_request_goodput, describe_slos
+from goodput import add_request_goodput
 from kv_cache import num_blocks_for
 from reports import tables
 from reports.sweep_table import (SweepPoint, budget_rule_lines, load_phrase, saturation_lines,
@@ -86,7 +86,8 @@ def run_sweep(args: argparse.Namespace, context) -> str:
         points = run_points(modes, specs, load_name)
         _, engine, first_workload = specs[0]
         title, _, workload_line, *speculation = engine.title_lines(first_workload)
-        load_lines = [sweep_line(points)] + describe_slos(engine.slos_ms, flags.goodput_note(args))
+        load_lines = [sweep_line(points)] + tables.describe_slos(engine.slos_ms,
+                                                                 flags.goodput_note(args))
         header = [title, workload_line, *speculation] + load_lines
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
