@@ -79,6 +79,9 @@ def _existing_target(flag: str, path: str):
             raise ConfigError(f"{flag} {path}: a symbolic link to {os.readlink(path)}, which "
                               "does not exist; give a file path, or a link to a file") from None
         return None
+    except ValueError:  # a NUL character, which no path may hold
+        raise ConfigError(f"{flag} {path}: holds a NUL character, which no file name may; give "
+                          "a file path") from None
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise ConfigError(f"{flag} {path}: a loop of symbolic links; give a file "

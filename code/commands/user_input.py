@@ -58,6 +58,8 @@ def read_text_file(where: str, path: str, error: type, what: str = "it",
         kind = os.stat(path).st_mode
     except FileNotFoundError:
         raise error(f"{where}: cannot read {what} (no such file)") from None
+    except ValueError:  # a NUL character, which no path may hold
+        raise error(f"{where}: cannot read {what} (a NUL character in its name)") from None
     except OSError as failure:
         raise error(f"{where}: cannot read {what} ({failure.strerror or failure})") from None
     if not stat.S_ISREG(kind):
