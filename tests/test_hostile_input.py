@@ -347,7 +347,7 @@ def test_a_long_run_is_announced_with_its_size_before_it_starts():
     config, _ = flags.config_from_args(args, main.knobs())
     stream = io.StringIO()
     estimate.new_command()
-    size = estimate.check_size(_workload(args, config), config, stream)
+    size = estimate.check_size(_workload(args, config), config, stream=stream)
     line = stream.getvalue()
     assert line.startswith("servesim: a long run ahead: 10,000,000 requests") and "GiB" in line
     assert line.count("\n") == 1 and size.num_requests == 10_000_000

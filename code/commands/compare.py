@@ -47,7 +47,7 @@ def run_compare(args: argparse.Namespace, context) -> str:
                                   knob="COMPARED_MODES in code/main.py")
     engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
     outputs = flags.outputs_from_args(args)
-    workload = workload_from_args(args, engine.config)
+    workload = workload_from_args(args, engine.config, engine.modes)
     with PendingFiles(outputs) as files:
         watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
                       step_log=files.step_log)

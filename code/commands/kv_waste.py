@@ -216,7 +216,7 @@ def exercise_four_defaults(args: argparse.Namespace) -> argparse.Namespace:
 def run_kv_waste(args: argparse.Namespace, context) -> str:
     args = exercise_four_defaults(args)
     engine = flags.engine_from_args(args, context, [MODES["chunked"]])
-    workload = workload_from_args(args, engine.config)
+    workload = workload_from_args(args, engine.config, engine.modes)
     config = engine.config
     population = Population.of(workload, config.max_model_len)
     if not population.lengths:

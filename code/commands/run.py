@@ -70,7 +70,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         raise ConfigError(f"--block-table draws PagedAttention's block tables, and {modes[0].name} "
                           "has none (it reserves max_model_len slots per request in one piece); "
                           "use --mode continuous or chunked")
-    workload = workload_from_args(args, engine.config)
+    workload = workload_from_args(args, engine.config, engine.modes)
     with PendingFiles(outputs) as files:
         watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
                       token_times=outputs.save_detailed is not None,

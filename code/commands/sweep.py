@@ -130,10 +130,10 @@ def sweep_points_from_args(args: argparse.Namespace, context, modes: list,
                               "runs at one load (--request-rate or --max-concurrency), so drop "
                               "--request-rates and --concurrencies")
         engines = [engine_for(args, context, modes, budget) for budget in budgets]
-        workload = workload_from_args(args, engines[0].config)
+        workload = workload_from_args(args, engines[0].config, modes)
         return "max_num_batched_tokens", [(b, e, workload) for b, e in zip(budgets, engines)]
     engine = engine_for(args, context, modes, budgets[0] if budgets else None)
-    load_name, workloads = sweep_workloads_from_args(args, engine.config)
+    load_name, workloads = sweep_workloads_from_args(args, engine.config, modes)
     return load_name, [(load, engine, workload) for load, workload in workloads]
 
 
@@ -150,7 +150,7 @@ def top_load_surprises(points: list[SweepPoint]) -> list[str]:
                            for line in tables.surprise_lines(results)])
 
 
-def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, list]:
+def sweep_workloads_from_args(args: argparse.Namespace, config, modes: list) -> tuple[str, list]:
     """(the load swept, [(value, workload)]): one workload per point, all built (and so
     checked) before the first simulation."""
     if args.request_rates is not None and args.concurrencies is not None:
@@ -164,7 +164,8 @@ def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, li
         if rate is None and args.trace is None:  # a trace keeps its own arrival times
             rate = math.inf
         return "max_concurrency", [
-            (n, workload_from_args(_with(args, request_rate=rate, max_concurrency=int(n)), config))
+            (n, workload_from_args(_with(args, request_rate=rate, max_concurrency=int(n)), config,
+                                   modes))
             for n in loads]
     if args.trace is not None:
         raise ConfigError("sweep --trace varies --concurrencies (e.g. 1,8,32): a trace brings "
@@ -174,7 +175,7 @@ def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, li
                           "each point")
     text = args.request_rates or ",".join(map(str, SWEEP_RATES))
     loads = flags.parse_loads("--request-rates", text, integer=False)
-    return "request_rate", [(r, workload_from_args(_with(args, request_rate=r), config))
+    return "request_rate", [(r, workload_from_args(_with(args, request_rate=r), config, modes))
                             for r in loads]
 
 

@@ -140,11 +140,13 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
                                   "time_scale_factor)")
 
 
-def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Workload:
-    """The workload the flags ask for, checked: every option, and that the virtual clock can
-    still count steps at the last arrival."""
+def workload_from_args(args: argparse.Namespace, config: EngineConfig,
+                       modes: tuple = ()) -> Workload:
+    """The workload the flags ask for, checked: every option, that the machine can hold a run
+    of it in `modes` (estimate.py, which also announces a long one before anything slow), and
+    that the virtual clock can still count steps at the last arrival."""
     workload = _workload(args, config)
-    estimate.check_size(workload, config)  # before anything slow: a long run says so first
+    estimate.check_size(workload, config, modes)
     check_clock_resolution(workload, make_clock(config).shortest_step_s(), workload_kind(args))
     return workload
 
