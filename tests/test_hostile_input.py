@@ -160,6 +160,15 @@ def test_a_file_to_read_that_is_missing_or_not_text_is_one_line(folder, capsys, 
         assert_one_line_refusal(*cli_here(capsys, [*command, flag, path]), says)
 
 
+def test_a_file_to_read_is_capped_in_size_whatever_its_size_says(folder):
+    from commands.user_input import read_text_file
+    from config import ConfigError
+    (folder / "big.json").write_text("1" * 2048, encoding="utf-8")
+    for path in ("big.json", "/proc/self/environ"):  # /proc's files say they hold 0 bytes
+        with pytest.raises(ConfigError, match="larger than 16 bytes"):
+            read_text_file(f"--observed {path}", path, ConfigError, max_bytes=16)
+
+
 def test_a_trace_is_read_once_so_every_mode_replays_the_same_rows(folder, capsys):
     from traces.replay import trace_workload
     workload = trace_workload(str(folder / "trace.csv"))

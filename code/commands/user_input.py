@@ -55,16 +55,18 @@ def read_text_file(where: str, path: str, error: type, what: str = "it",
     """The whole of a regular file as text, read once; `where` begins each refusal
     (`--observed FILE`), `what` names the file in it ("trace"), `error` is its type."""
     try:
-        kind = os.stat(path).st_mode
+        status = os.stat(path)
     except FileNotFoundError:
         raise error(f"{where}: cannot read {what} (no such file)") from None
     except ValueError:  # a NUL character, which no path may hold
         raise error(f"{where}: cannot read {what} (a NUL character in its name)") from None
     except OSError as failure:
         raise error(f"{where}: cannot read {what} ({failure.strerror or failure})") from None
-    if not stat.S_ISREG(kind):
-        raise error(f"{where}: is {file_kind(kind)}, not a regular file; servesim reads a "
-                    "file whole, so give a file's path")
+    if not stat.S_ISREG(status.st_mode):
+        raise error(f"{where}: is {file_kind(status.st_mode)}, not a regular file; servesim "
+                    "reads a file whole, so give a file's path")
+    if status.st_size > max_bytes:  # (a file of /proc says 0 and is capped as it is read)
+        raise _too_large(where, max_bytes, error)
     try:  # O_NONBLOCK: should a FIFO take the file's place since the stat, opening it won't wait
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(descriptor, "rb") as file:
@@ -75,12 +77,16 @@ def read_text_file(where: str, path: str, error: type, what: str = "it",
     except OSError as failure:
         raise error(f"{where}: cannot read {what} ({failure.strerror or failure})") from None
     if len(data) > max_bytes:
-        raise error(f"{where}: larger than {max_bytes // 2**20:,} MiB, more than servesim "
-                    "reads; give a smaller file")
+        raise _too_large(where, max_bytes, error)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise error(f"{where}: not a text file; servesim reads UTF-8 text") from None
+
+
+def _too_large(where: str, max_bytes: int, error: type) -> Exception:
+    return error(f"{where}: larger than {max_bytes:,} bytes ({max_bytes / 2**20:g} MiB), more "
+                 "than servesim reads; give a smaller file")
 
 
 def parse_json(text: str, max_chars: int = MAX_JSON_CHARS):
