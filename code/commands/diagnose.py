@@ -161,9 +161,12 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
     """Read, serve, classify, tune, check and compare: every input checked first."""
     observed = read_observed(args.observed) if args.observed else None
     sent = send_as_observed(observed, args, workload_kind(args) == "trace") if observed else []
-    config, _ = flags.config_from_args(args, context.knobs)
+    config, name = flags.config_from_args(args, context.knobs)
     refuse_to_tune(config)
-    workload = workload_from_args(args, config)
+    modes = flags.modes_from_args(args, ["chunked"])  # every flag checked before the workload
+    modes[0].check(config, name)                     # is drawn (which may announce a long run)
+    flags.parse_goodput(args.goodput or list(flags.CHAT_GOODPUT))
+    workload = workload_from_args(args, config, modes)
     evaluator = Evaluator(context, workload)
     baseline = evaluator.baseline(args)
     comparison = None
