@@ -169,6 +169,25 @@ def test_a_file_to_read_is_capped_in_size_whatever_its_size_says(folder):
             read_text_file(f"--observed {path}", path, ConfigError, max_bytes=16)
 
 
+HOSTILE_IDS = [("csv", 'arrival_s,prompt_len,output_len,id\n0,10,2,"a\nb"\n', "printable"),
+               ("csv", "arrival_s,prompt_len,output_len,id\n0,10,2,a\x1b[2Jb\n", "printable"),
+               ("csv", f"arrival_s,prompt_len,output_len,id\n0,10,2,{'x' * 300}\n", "256"),
+               ("jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 2, "id": "\\t"}',
+                "printable"),
+               ("jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 2, "id": [1]}',
+                "a string or an integer"),
+               ("jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 2, "id": 1.5}',
+                "a string or an integer"),
+               ("jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 2, "id": true}',
+                "a string or an integer")]
+
+
+@pytest.mark.parametrize("suffix, text, says", HOSTILE_IDS)
+def test_a_request_id_must_be_printable_text(folder, capsys, suffix, text, says):
+    (folder / f"ids.{suffix}").write_text(text + "\n", encoding="utf-8")
+    assert_one_line_refusal(*cli_here(capsys, ["run", "--trace", f"ids.{suffix}"]), says)
+
+
 def test_a_trace_is_read_once_so_every_mode_replays_the_same_rows(folder, capsys):
     from traces.replay import trace_workload
     workload = trace_workload(str(folder / "trace.csv"))

@@ -145,7 +145,7 @@ def csv_row(path: str, line: int, fields: list[str], columns: dict[str, int],
                               min_output)
     request_id = field_text(fields, columns, layout.id_column) if layout.id_column in columns else ""
     return TraceRow(line, timestamp_s, timestamp_text, prompt_len, output_len,
-                    request_id or None,
+                    checked_request_id(path, line, request_id or None),
                     failed=layout.zero_output_means_failed and output_len == 0)
 
 
@@ -194,7 +194,11 @@ def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> Trace
                                    "a number of milliseconds")
     prompt_len = parse_tokens(path, line, "input_length", str(record["input_length"]), 1)
     output_len = parse_tokens(path, line, "output_length", str(record["output_length"]), 1)
-    request_id = str(record["id"]) if record.get("id") not in (None, "") else None
+    request_id = record.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int, type(None))):
+        raise trace_error(path, line, f"id must be a string or an integer, got {request_id!r}")
+    request_id = checked_request_id(path, line, str(request_id) if request_id not in (None, "")
+                                    else None)
     return TraceRow(line, timestamp_ms / 1000, timestamp_text + " ms", prompt_len, output_len,
                     request_id, content=mooncake_content(path, line, record, prompt_len,
                                                          output_len, hash_block_size))
@@ -268,6 +272,21 @@ def parse_tokens(path: str, line: int, column: str, text: str, minimum: int) -> 
     if not tokens.contains(value):
         raise trace_error(path, line, f"{column} must be {tokens.describe()}, got {value}")
     return value
+
+
+MAX_REQUEST_ID_CHARS = 256  # an id is printed in tables, timelines and step logs
+
+
+def checked_request_id(path: str, line: int, request_id: Optional[str]) -> Optional[str]:
+    """A request id is printable text on one line (it labels rows of tables and timelines):
+    no newline, tab or other control character, at most MAX_REQUEST_ID_CHARS characters."""
+    if request_id is None:
+        return None
+    if not request_id.isprintable() or len(request_id) > MAX_REQUEST_ID_CHARS:
+        raise trace_error(path, line, f"request id {request_id[:40]!r} must be printable text "
+                          f"of at most {MAX_REQUEST_ID_CHARS} characters, with no control "
+                          "character")
+    return request_id
 
 
 def trace_error(path: str, line: int, problem: str) -> WorkloadError:
