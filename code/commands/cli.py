@@ -75,13 +75,12 @@ def main(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
         with stopping.armed():
             try:
                 return run_command(argv, simulate, knobs)
-            except (KeyboardInterrupt, stopping.Stopped) as stop:
-                remove_leftovers()
-                signum = getattr(stop, "signum", signal.SIGINT)  # KeyboardInterrupt: Ctrl-C
-                stopping.say_stopped(signum)
-                return 128 + signum
             finally:
-                remove_leftovers()
+                remove_leftovers()  # of a command ended by an error or a signal
+    except (KeyboardInterrupt, stopping.Stopped) as stop:
+        signum = getattr(stop, "signum", signal.SIGINT)  # KeyboardInterrupt: Ctrl-C
+        stopping.say_stopped(signum)
+        return 128 + signum
     finally:
         stopping.restore(previous_handlers)
 
