@@ -444,6 +444,23 @@ class Knobs:
         return {"default_chunked_budget": self.max_num_batched_tokens,
                 "block_size": self.block_size, "max_num_seqs": self.max_num_seqs}
 
+    def check(self, mode_names: tuple) -> None:
+        """Every knob by type and range, once, before any command reads one (commands/cli.py):
+        a string, None, a complex number, a bool where a count belongs, a mode not among
+        `mode_names`, or a value out of range is one line naming the knob, whatever the
+        command."""
+        modes = self.compared_modes
+        if (not isinstance(modes, (list, tuple)) or not modes
+                or not all(isinstance(mode, str) for mode in modes)):
+            raise ConfigError(f"COMPARED_MODES in code/main.py must be a list of mode names, "
+                              f"e.g. [\"naive\", \"chunked\"], got {modes!r}")
+        unknown = [mode for mode in modes if mode.strip().lower() not in (*mode_names, "all")]
+        if unknown:
+            raise ConfigError(f"unknown COMPARED_MODES in code/main.py {','.join(unknown)!r}; "
+                              f"choose from {', '.join(mode_names)} or all")
+        for field_name, value in self.engine_defaults().items():
+            FIELD_RULES[field_name].check(Knobs.name(field_name), value)
+
     @staticmethod
     def name(field_name: str) -> str:
         """How a refusal names a knob-set field: `BLOCK_SIZE in code/main.py`."""

@@ -73,17 +73,3 @@ def add_request_goodput(metrics: dict, recorder, slos_ms: dict[str, float]) -> d
         metrics["request_goodput"] = request_goodput(completed, slos_ms, metrics["duration"])
         metrics["missed_slos"] = num_missed(completed, slos_ms)
     return metrics
-
-
-def describe_slos(slos_ms: dict[str, float], note: str = "") -> list[str]:
-    """The SLOs as a line for a report header (no line without SLOs); `note` follows in
-    parentheses (where the SLOs came from)."""
-    if not slos_ms:
-        return []
-    targets = " and ".join(describe_slo(name, ms) for name, ms in slos_ms.items())
-    return [f"goodput: requests with {targets}, per second" + (f" ({note})" if note else "")]
-
-
-def describe_slo(name: str, target_ms: float) -> str:
-    """`ttft`, 2000.0 -> "TTFT <= 2000 ms"."""
-    return f"{name.upper()} <= {target_ms:g} ms"

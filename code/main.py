@@ -17,6 +17,10 @@ The shell around the engine (commands, reports, trace formats) lives in code/com
 code/reports and code/traces; README.md lists every file in reading order.
 """
 
+if __name__ == "__main__":  # a signal while the modules load: one line, not a traceback
+    from commands import stopping
+    stopping.install()
+
 import random
 import sys
 from typing import Optional
@@ -164,7 +168,7 @@ def next_event_s(arrivals, scheduler: BatchScheduler, clock_s) -> float:
 
 def knobs() -> Knobs:
     """The knob block at the top of this file, as every command reads it."""
-    return Knobs(compared_modes=tuple(COMPARED_MODES), max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+    return Knobs(compared_modes=COMPARED_MODES, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
                  block_size=BLOCK_SIZE, max_num_seqs=MAX_NUM_SEQS)
 
 

@@ -240,7 +240,9 @@ class RunRecorder:
             index = scheduled.request.arrival_index
             if not is_scheduled[index]:
                 is_scheduled[index] = 1
-                self.first_scheduled_s[index] = start_s
+                # start_s is the step's end less its length, (t + d) - d, which rounding can put
+                # an ulp before an arrival at t: a queue time is never below zero.
+                self.first_scheduled_s[index] = max(start_s, self.arrival_s[index])
             computed = scheduled.num_context_tokens + scheduled.num_new_tokens
             if computed < scheduled.request.prompt_len:  # the step stopped inside the prompt
                 self.is_sliced[index] = 1

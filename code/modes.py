@@ -21,6 +21,7 @@ from static_batching import StaticBatchScheduler
 class StaticMode:
     """Batches formed by a size or a timeout and run to the end (NAIVE: size one, no timeout)."""
     is_paged = False  # contiguous max_model_len reservations, no blocks
+    has_token_budget = False  # a padded batch computes every member's tokens, whatever a budget
 
     def __init__(self, name: str, summary: str, one_at_a_time: bool):
         self.name = name
@@ -54,6 +55,7 @@ class StaticMode:
 class ContinuousMode:
     """vLLM V1's iteration-level scheduler; chunked prefill is one flag of it."""
     is_paged = True  # PagedAttention blocks
+    has_token_budget = True  # --max-num-batched-tokens bounds each step
 
     def __init__(self, name: str, summary: str, enable_chunked_prefill: bool):
         self.name = name

@@ -286,7 +286,7 @@ def prefix_repetition_workload(prefix_len: int = 256, suffix_len: int = 256,
 
     check_arrival_rate(request_rate, burstiness, seed)
     params = {"name": "prefix_repetition", "num_prompts": num_prompts,
-              "request_rate": _json_rate(request_rate), "burstiness": burstiness, "seed": seed,
+              "request_rate": json_rate(request_rate), "burstiness": burstiness, "seed": seed,
               "max_concurrency": max_concurrency, "prefix_repetition_prefix_len": prefix_len,
               "prefix_repetition_suffix_len": suffix_len,
               "prefix_repetition_num_prefixes": num_prefixes,
@@ -314,7 +314,7 @@ def _synthetic_workload(name: str, lengths: Lengths, length_params: dict,
                         max_concurrency: Optional[int]) -> Workload:
     check_sending(num_prompts, max_concurrency)
     check_arrival_rate(request_rate, burstiness, seed)
-    params = {"name": name, "num_prompts": num_prompts, "request_rate": _json_rate(request_rate),
+    params = {"name": name, "num_prompts": num_prompts, "request_rate": json_rate(request_rate),
               "burstiness": burstiness, "seed": seed, "max_concurrency": max_concurrency,
               **length_params}
     description = _describe(name, lengths, num_prompts, request_rate, burstiness, seed,
@@ -343,9 +343,12 @@ def closed_loop_note(max_concurrency: Optional[int]) -> str:
     return f", at most {max_concurrency} in flight (closed loop)"
 
 
-def _json_rate(request_rate: float):
-    """JSON has no infinity; like vllm bench serve's result file, an infinite rate is "inf"."""
-    return "inf" if math.isinf(request_rate) else request_rate
+def json_rate(request_rate):
+    """JSON has no infinity; like vllm bench serve's result file, an infinite rate is "inf"
+    (anything else, None included, unchanged)."""
+    if isinstance(request_rate, float) and math.isinf(request_rate):
+        return "inf"
+    return request_rate
 
 
 # -- checks shared by every workload --------------------------------------------------------------

@@ -105,7 +105,7 @@ CATALOGUE = [
     (["--svg", ""], "--svg '': an empty path; give a file name"),
     (["run", "--save-detailed", ""], "--save-detailed '': an empty path"),
     (["--step-log", "{dir}"], "is a directory; give a file path"),
-    (["--step-log", "/dev/null"], "is not a regular file"),
+    (["--step-log", "/dev/null"], "is a character device, not a regular file"),
     (["--trace", "{trace}", "--step-log", "{trace}"], "is the same file as --trace"),
     (["--svg", "{dir}/out.svg", "--step-log", "{dir}/./out.svg"],
      "--step-log {dir}/./out.svg is the same file as --svg {dir}/out.svg"),
@@ -130,7 +130,7 @@ BAD_TRACES = [  # (file name, contents, a piece of the line)
     ("empty.csv", "", "empty first line"),
     ("binary.csv", "\udcff", "not a text file"),
     ("cake.jsonl", '{"timestamp": 0, "input_length": 1e400, "output_length": 2}\n',
-     "input_length must be a whole number of tokens"),
+     "1e400 is too large for a number"),
 ]
 
 
@@ -241,6 +241,8 @@ def test_a_stopped_run_leaves_no_partial_file_and_exits_quietly(tmp_path, stop, 
         time.sleep(0.02)
     process.send_signal(stop)
     out, err = process.communicate(timeout=60)
+    err = "".join(line for line in err.splitlines(keepends=True)  # less estimate.py's line
+                  if not line.startswith("servesim: a long run ahead"))
     assert (process.returncode, out, err) == (status, "", says + "\n")
     assert snapshot(tmp_path) == before
 

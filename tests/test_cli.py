@@ -102,12 +102,13 @@ def test_a_long_runs_progress_line_is_rewritten_in_place_and_wiped_at_the_end():
     class Recorder:
         num_steps, num_ended = CHECK_EVERY_STEPS, 40
 
-    wall = iter([0.0, 5.0])  # started at 0 s; 5 s later at the first check: past the 2 s
+    wall = iter([0.0, 5.0])  # started at 0 s; 5 s later at the first check: past SHOW_AFTER_S
     stream = io.StringIO()
-    progress = Progress("CONTINUOUS", 80, stream=stream, wall_clock=lambda: next(wall))
+    progress = Progress("CONTINUOUS", 80, stream=stream, wall_clock=lambda: next(wall),
+                        command_started_s=0.0)
     progress(Recorder(), 12.5)
     assert stream.getvalue() == ("\rCONTINUOUS: 12.5 s simulated, 40/80 requests done, "
-                                 "1,024 steps\033[K")
+                                 f"{CHECK_EVERY_STEPS:,} steps\033[K")
     progress.clear()
     assert stream.getvalue().endswith("\r\033[K")
 

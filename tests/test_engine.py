@@ -7,6 +7,7 @@ import pytest
 from config import ConfigError, EngineConfig
 from conftest import EveryRequest, make_workload
 from forward_model import RooflineClock, make_clock
+from commands.memory_advice import advised_plan
 from gpu_memory import plan_memory
 from main import simulate
 from modes import MODES
@@ -55,7 +56,7 @@ def test_a_pool_smaller_than_one_max_model_len_sequence_is_refused_at_start_up()
     # 100 blocks x 16 = 1,600 tokens; one 8,192-token sequence needs 512 blocks.
     with pytest.raises(ConfigError, match="fits: --max-model-len 1600, --num-gpu-blocks-override "
                                           "512$"):
-        plan_memory(EngineConfig(num_gpu_blocks_override=100, max_model_len=8192))
+        advised_plan(EngineConfig(num_gpu_blocks_override=100, max_model_len=8192))
 
 
 def test_a_pool_of_exactly_one_sequence_still_serves_everyone():

@@ -4,7 +4,8 @@ import pytest
 
 from config import ConfigError
 from commands.flags import parse_goodput
-from goodput import describe_slos, is_good, num_missed, request_goodput
+from goodput import is_good, num_missed, request_goodput
+from reports.tables import describe_slos
 from request import Request
 
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from config import ConfigError, EngineConfig
+from commands.memory_advice import advised_plan
 from gpu_memory import GIB, plan_memory
 
 
@@ -37,7 +38,7 @@ def test_tensor_parallelism_splits_the_weights_and_frees_room_for_kv():
 
 def test_weights_that_do_not_fit_are_refused_with_what_would_fit():
     with pytest.raises(ConfigError) as refused:
-        plan_memory(EngineConfig(model="llama-3.3-70b", gpu="h100-sxm5"))
+        advised_plan(EngineConfig(model="llama-3.3-70b", gpu="h100-sxm5"))
     message = str(refused.value)
     assert "131.4 GiB of weights" in message
     assert "--tensor-parallel-size 2" in message
@@ -74,7 +75,7 @@ def test_every_change_a_refusal_advises_is_itself_a_config_that_fits(changes):
     config = EngineConfig(**changes)
     config.validate()
     with pytest.raises(ConfigError) as refused:
-        plan_memory(config)
+        advised_plan(config)
     advice = advised_changes(str(refused.value))
     assert advice, str(refused.value)
     for change in advice:
@@ -86,14 +87,14 @@ def test_every_change_a_refusal_advises_is_itself_a_config_that_fits(changes):
 def test_when_no_one_change_fits_the_refusal_says_so_rather_than_guess():
     with pytest.raises(ConfigError, match="no change of one setting servesim can suggest makes "
                                           "it fit$"):
-        plan_memory(EngineConfig(gpu="a100-40gb", max_model_len=10**6))
+        advised_plan(EngineConfig(gpu="a100-40gb", max_model_len=10**6))
 
 
 def test_at_the_largest_tensor_parallel_degree_no_larger_one_is_advised():
     # The old advice doubled the degree up to 8 and then suggested 8 again, at 8.
     config = EngineConfig(model="llama-3.1-405b-fp8", gpu="l4", tensor_parallel_size=8)
     with pytest.raises(ConfigError) as refused:
-        plan_memory(config)
+        advised_plan(config)
     assert "--tensor-parallel-size 8" not in str(refused.value)
     assert "--tensor-parallel-size 32" in str(refused.value)  # 381.9 GiB / 32 fits in 19.8 GiB
 

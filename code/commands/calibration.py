@@ -34,6 +34,7 @@ from forward_model import RooflineClock
 from gpu_memory import plan_memory
 from modes import MODES
 from presets import GPUS
+from reports.columns import aligned
 from workload import random_workload
 
 # A measurement's `workload` keys, as `run` flags (vllm bench serve's random dataset).
@@ -412,13 +413,7 @@ def _table(comparisons: list[Comparison]) -> list[str]:
                          replayed_as(c.measurement), c.measurement.unit,
                          _figure(c.measurement.published), _figure(c.servesim), f"{c.ratio:.2f}",
                          f"{c.abs_ln_ratio:.3f}") for c in ordered(comparisons)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(w) if i < NUM_TEXT_COLUMNS else cell.rjust(w)
-                 for i, (cell, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-    return lines
+    return aligned(rows, num_text_columns=NUM_TEXT_COLUMNS)
 
 
 def replayed_as(measurement: Measurement) -> str:

@@ -17,8 +17,13 @@ file is the one place that talks to the terminal. Every way out is one line at m
     exit 2     a bad value: one line on stderr naming it and what would be valid; nothing is
                written, since nothing is written before every input is checked
     exit 1     a file that could not be written after the run (a full disk): one line
-    exit 130   Ctrl-C, and 143 SIGTERM (what `timeout` and CI cancels send): one line, and no
-               partial file left behind (output_files.py removes it as the stack unwinds)
+    exit 128+N signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP, ...): one line, and no partial
+               file left behind (stopping.py, output_files.py)
+
+A line printed here is one line whatever it quotes: a control character in a path or an id
+(a newline, an escape) is printed escaped, `\\n`. Text the terminal's encoding cannot show (a
+non-ASCII request id under LANG=C or PYTHONIOENCODING=ascii) is printed as `\\xe9`, never a
+traceback.
 """
 
 import argparse
@@ -29,10 +34,11 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from commands import (calibration, compare, diagnose, kv_waste, lesson_check, presets, recommend,
-                      run, sweep)
-from commands.output_files import OutputError
+from commands import (calibration, compare, diagnose, estimate, invariants, kv_waste,
+                      lesson_check, presets, progress, recommend, run, stopping, sweep)
+from commands.output_files import OutputError, remove_leftovers
 from config import ConfigError, Knobs
+from modes import MODES
 from workload import WorkloadError
 
 COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, recommend, presets,
@@ -44,15 +50,6 @@ class Context:
     """What main.py hands every command: the engine loop and the knobs at its top."""
     simulate: Callable  # main.simulate
     knobs: Knobs
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised where the program is, so that it unwinds like Ctrl-C does. A
-    BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated()
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -67,7 +64,7 @@ class OneLineParser(argparse.ArgumentParser):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str):
-        self.exit(2, f"servesim: error: {message} (see --help)\n")
+        self.exit(2, f"servesim: error: {one_line(message)} (see --help)\n")
 
     def unrecognized(self, command: str, extras: list[str],
                      all_flags: dict[str, list[str]]) -> str:
@@ -112,23 +109,43 @@ def parse(parser: OneLineParser, argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
-    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_handlers = stopping.install()
+    if hasattr(sys.stdout, "reconfigure"):  # any text survives an ASCII terminal
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        return run_command(argv, simulate, knobs)
-    except KeyboardInterrupt:
-        return stopped("interrupted (Ctrl-C)", 128 + signal.SIGINT)
-    except Terminated:
-        return stopped("terminated (SIGTERM)", 128 + signal.SIGTERM)
+        with stopping.armed():
+            try:
+                return run_command(argv, simulate, knobs)
+            finally:
+                remove_leftovers()  # of a command ended by an error or a signal
+    except (KeyboardInterrupt, stopping.Stopped) as stop:
+        signum = getattr(stop, "signum", signal.SIGINT)  # KeyboardInterrupt: Ctrl-C
+        stopping.say_stopped(signum)
+        return 128 + signum
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        stopping.restore(previous_handlers)
 
 
-def stopped(how: str, status: int) -> int:
-    print(f"servesim: {how}; no partial file is left behind", file=sys.stderr)
+def one_line(text: str) -> str:
+    """`text` with every character that is not printable (a newline, a tab, an escape, a lone
+    surrogate) written as its Python escape, so that a message stays one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace")
+                   .decode("ascii") for c in text)
+
+
+def refuse(error: Exception, status: int) -> int:
+    print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
     return status
 
 
 def run_command(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
+    try:
+        knobs.check(tuple(MODES))
+        invariants.wanted()  # an unknown SERVESIM_CHECK_INVARIANTS is refused before any run
+        estimate.new_command()
+        progress.new_command()
+    except ConfigError as error:
+        return refuse(error, 2)
     parser = build_parser(knobs)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["compare", *argv]
@@ -138,13 +155,12 @@ def run_command(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
         return 0
     try:
         print(args.command(args, Context(simulate, knobs)))
+        sys.stdout.flush()  # while a signal still unwinds: after this, it exits at once
         return 0
     except (ConfigError, WorkloadError) as error:
-        print(f"servesim: error: {error}", file=sys.stderr)
-        return 2
+        return refuse(error, 2)
     except OutputError as error:
-        print(f"servesim: error: {error}", file=sys.stderr)
-        return 1
+        return refuse(error, 1)
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
         return 0

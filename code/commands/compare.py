@@ -14,7 +14,7 @@ from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
-from goodput import add_request_goodput, describe_slos
+from goodput import add_request_goodput
 from reports import tables
 from reports.step_page import (PageBudget, page_data, parse_steps_window, render_page,
                                render_side_by_side)
@@ -79,7 +79,7 @@ def run_compare(args: argparse.Namespace, context) -> str:
     engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
     outputs = flags.outputs_from_args(args)
     steps = steps_wanted(args, modes, engine)
-    workload = workload_from_args(args, engine.config)
+    workload = workload_from_args(args, engine.config, engine.modes)
     with PendingFiles(outputs) as files:
         watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
                       step_log=files.step_log, steps=steps)
@@ -100,7 +100,7 @@ def run_compare(args: argparse.Namespace, context) -> str:
         if outputs.format == "json":
             return tables.to_json(engine.config, engine.plan, workload, results, recorders)
         columns = tables.COLUMNS + [tables.GOODPUT_COLUMN]
-        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms,
+        lines = engine.title_lines(workload) + tables.describe_slos(engine.slos_ms,
                                                              flags.goodput_note(args))
         lines += [""] + tables.comparison_table(results, columns)
         lines += tables.speculation_lines(results)

@@ -127,8 +127,9 @@ class Evaluator:
         except ConfigError as refusal:  # the memory plan: what vLLM refuses at start-up
             return Evaluation(args, config, chunked, refused_finding(config, str(refusal)), None,
                               str(refusal))
-        recorder = engine.serve(self.workload, modes[0])
         self.num_served += 1
+        recorder = engine.serve(self.workload, modes[0],
+                                label=f"diagnose run {self.num_served}, {modes[0].name}")
         require_completions(recorder)
         summary = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
         summary["good_requests"] = sum(1 for request in recorder.completed()
@@ -219,9 +220,12 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
     observed = read_observed(args.observed) if args.observed else None
     sent = send_as_observed(observed, args, workload_kind(args) == "trace") if observed else []
     assumed = assume_vllm_defaults(args)
-    config, _ = flags.config_from_args(args, context.knobs)
+    config, name = flags.config_from_args(args, context.knobs)
     refuse_to_tune(config)
-    workload = workload_from_args(args, config)
+    modes = flags.modes_from_args(args, ["chunked"])  # every flag checked before the workload
+    modes[0].check(config, name)                     # is drawn (which may announce a long run)
+    flags.parse_goodput(args.goodput or list(flags.CHAT_GOODPUT))
+    workload = workload_from_args(args, config, modes)
     facts = workload_facts(workload, config.block_size)
     evaluator = Evaluator(context, workload, facts)
     baseline = evaluator.baseline(args)

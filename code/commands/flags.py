@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
 from commands import progress
+from commands.memory_advice import advised_plan
 from commands.output_files import check_paths
 from commands.serving import Engine
 from commands.speculative_flag import EXAMPLE as SPECULATIVE_EXAMPLE
@@ -31,7 +32,6 @@ from config import MAX_TOKENS, ConfigError, EngineConfig, Knobs, Range, flag_nam
 from engine_overhead import VERSIONS
 from forward_model import make_clock
 from goodput import CHAT_SLOS_MS, SLO_NAMES
-from gpu_memory import plan_memory
 from modes import MODES
 from presets import DTYPES, GPUS, MODELS, QUANTIZATIONS, default_max_model_len
 from reports.serving_block import PERCENTILE_METRICS
@@ -336,7 +336,7 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     for mode in modes:
         mode.check(config, name)
     slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
-    plan = plan_memory(config, profiled_chunking(modes))
+    plan = advised_plan(config, profiled_chunking(modes))
     return Engine(context.simulate, config, modes, plan, make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
 

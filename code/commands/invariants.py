@@ -1,6 +1,8 @@
 """The engine's invariants, checked after every step of a run: off by default, on in the tests.
 
     SERVESIM_CHECK_INVARIANTS=1 python3 code/main.py ...        checks every run of the command
+    (every-request: the plain rules too, the bulk path off; 0 or unset: off; anything else is
+    refused in one line)
 
 What must hold after every step, whatever the mode, the workload or the flags:
 
@@ -40,6 +42,7 @@ import math
 import os
 from collections import Counter
 
+from config import ConfigError
 from kv_cache import PagedKVCache, num_blocks_for
 from request import RequestStatus
 from scheduler import Scheduler
@@ -55,9 +58,19 @@ class InvariantViolation(AssertionError):
     """An invariant broke: a bug in servesim, never a user's mistake."""
 
 
+LEVELS = {"": "", "0": "", "1": "1", "every-request": "every-request"}  # value -> what it asks
+
+
 def wanted() -> str:
-    """"", "1" or "every-request": what the environment asks for."""
-    return os.environ.get(ENVIRONMENT_VARIABLE, "")
+    """"" (off: unset, empty or 0), "1" or "every-request": what the environment asks for.
+    Any other value is refused in one line, before anything runs (commands/cli.py asks first),
+    rather than guessed at."""
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "")
+    if value.strip() not in LEVELS:
+        raise ConfigError(f"{ENVIRONMENT_VARIABLE}={value!r} is not understood; set it to 1 "
+                          "(check every step), every-request (and the plain rules too), or 0 "
+                          "or nothing (off)")
+    return LEVELS[value.strip()]
 
 
 class InvariantChecker:

@@ -38,6 +38,7 @@ from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
 from kv_cache import num_blocks_for
 from modes import MODES
+from reports.columns import aligned
 
 BLOCK_SIZES = (1, 8, 16, 32, 128)  # the paged answer across block sizes
 # Exercise 4's population: 1,000 requests whose outputs have mean 1,500 and sd 600 tokens (the
@@ -217,7 +218,7 @@ def exercise_four_defaults(args: argparse.Namespace) -> argparse.Namespace:
 def run_kv_waste(args: argparse.Namespace, context) -> str:
     args = exercise_four_defaults(args)
     engine = flags.engine_from_args(args, context, [MODES["chunked"]])
-    workload = workload_from_args(args, engine.config)
+    workload = workload_from_args(args, engine.config, engine.modes)
     config = engine.config
     population = Population.of(workload, config.max_model_len)
     if not population.lengths:
@@ -225,7 +226,8 @@ def run_kv_waste(args: argparse.Namespace, context) -> str:
                           f"{config.max_model_len}; raise it")
     all_policies = policies(config.block_size)
     accounting = ReservationAccounting(all_policies, config.max_model_len)
-    recorder = engine.serve(workload, MODES["chunked"], [accounting])
+    recorder = engine.serve(workload, MODES["chunked"], [accounting],
+                            label=f"kv-waste, {MODES['chunked'].name}")
     require_completions(recorder)
     over_time = accounting.waste_pct()
     report = KvWasteReport(engine, workload, population, all_policies, over_time,
@@ -293,7 +295,7 @@ class KvWasteReport:
                          f"{row['over_time_waste_pct']:.1f}",
                          f"{100 - row['over_time_waste_pct']:.1f}",
                          f"{row['paper_token_states_pct']:.1f}"))
-        lines += _aligned(rows, num_text_columns=3)
+        lines += aligned(rows, num_text_columns=3)
         lines += wrapped(
             "reserved: KV slots (tokens) reserved for the requests at their ends; waste % = "
             "(reserved - cached) / reserved. over time %: the same, time-averaged while "
@@ -311,14 +313,8 @@ class KvWasteReport:
         for row in self.block_size_rows():
             rows.append((str(row["block_size"]), f"{row['paged_waste_pct']:.2f}",
                          f"{row['mean_blocks_per_request']:,.1f}"))
-        return lines + _aligned(rows, num_text_columns=0)
+        return lines + aligned(rows, num_text_columns=0)
 
 
 def wrapped(text: str) -> list[str]:
     return textwrap.wrap(text, width=100)
-
-
-def _aligned(rows: list[tuple], num_text_columns: int) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) if i < num_text_columns else cell.rjust(w)
-                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]

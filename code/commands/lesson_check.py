@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass, field, replace
 
 from commands.flags import removed_speculative_flags
+from commands.memory_advice import advised_plan
 from commands.vllm_facts import CHUNKED_PREFILL_WITH_A_DRAFT_MODEL
 from config import ConfigError, EngineConfig, Knobs
 from forward_model import RooflineClock, make_clock
@@ -339,7 +340,7 @@ def prefill_seconds(config: EngineConfig, num_tokens: int) -> float:
 
 def lesson_setup_refusal() -> str:
     try:
-        plan = plan_memory(LESSON)
+        plan = advised_plan(LESSON)
     except ConfigError as refusal:
         return f"at vLLM's defaults (utilization 0.9, 16-bit KV) vLLM would refuse to start: {refusal}"
     return f"at vLLM's defaults: {plan.kv_cache_tokens:,} tokens of KV"

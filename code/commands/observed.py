@@ -14,9 +14,9 @@ first token with decode steps as simulated is work before the engine (HTTP, toke
 
 import json
 import math
-from pathlib import Path
 from typing import Optional
 
+from commands.user_input import MAX_FILE_BYTES, JsonRefused, parse_json, read_text_file
 from config import ConfigError
 from presets import GPUS, GpuSpec
 
@@ -41,20 +41,15 @@ MIN_OBSERVED_OUTPUT_TOK_S = 100
 def read_observed(path: str) -> dict:
     """FILE's figures, every one checked: one ConfigError line naming what is wrong."""
     where = f"--observed {path}"
+    text = read_text_file(where, path, ConfigError)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: no such file; give the JSON `vllm bench serve "
-                          "--save-result` wrote") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{where}: cannot read it as text ({error})") from None
-    try:
-        values = json.loads(text, parse_constant=_non_finite)
+        values = parse_json(text, max_chars=MAX_FILE_BYTES)
     except json.JSONDecodeError as error:
         raise ConfigError(f"{where} is not JSON ({error.msg}, line {error.lineno}); give the file "
                           "`vllm bench serve --save-result` wrote") from None
-    except ValueError as error:  # NaN or Infinity, which vLLM never writes
-        raise ConfigError(f"{where}: {error}") from None
+    except JsonRefused as error:  # NaN, Infinity, 1e999, nested too deep: vLLM writes none
+        raise ConfigError(f"{where}: {error}; give the file `vllm bench serve --save-result` "
+                          "wrote") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{where} must hold one JSON object, as `vllm bench serve "
                           "--save-result` writes it")
@@ -64,10 +59,6 @@ def read_observed(path: str) -> dict:
                           f"{', '.join(COMPARED[:4])}, ...)")
     observed.update(_sent(where, values))
     return observed
-
-
-def _non_finite(constant: str):
-    raise ValueError(f"{constant} is not a finite number")
 
 
 def _number(where: str, key: str, value) -> float:

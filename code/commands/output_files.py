@@ -10,23 +10,31 @@ temporary file beside its target, then renamed over it (`os.replace`, atomic on 
         ... simulate and render; files.add_text(path, text) ...
     # left normally: every file written whole; left by an exception: none, and no trace
 
-Left by Ctrl-C or SIGTERM too (commands/cli.py turns SIGTERM into an exception that unwinds like
-Ctrl-C): the partial file is removed on the way out. Signals wait while a partial file is created
-or the files are renamed into place, so no moment exists in which one could be lost track of.
+Left by a signal too (commands/stopping.py turns one into an exception that unwinds like an
+error): every partial file still open is removed on the way out (`remove_leftovers`, which
+commands/cli.py calls whatever happened). Signals wait while a partial file is created, renamed
+or removed, so no moment exists in which one could be lost track of.
 
-A path is refused up front when it is empty, ends in a slash, names a directory or anything but a
-regular file, sits in a directory that does not exist or cannot be written, or is the same file as
-another output or as an input (`--trace`; a new command's input flag joins flags.INPUT_FLAGS). A
-write that fails later (a full disk) is one line, `OutputError`, and exit status 1.
+A path is refused up front, in one line (exit status 2), when it is empty, ends in a slash, is
+too long for the file system, names a directory or anything but a regular file (a device, a
+pipe), is a symbolic link that leads nowhere (dangling, or a loop), sits in a directory that
+does not exist or where no file can be created (not writable; /proc, /sys), or is the same file
+as another output or as an input (`--trace`; a new command's input flag joins
+flags.INPUT_FLAGS). A symbolic link to a regular file is followed: the file it points to is
+replaced, the link stays. A write that fails later (a full disk) is one line, `OutputError`,
+and exit status 1.
 """
 
 import contextlib
+import errno
 import os
-import signal
+import stat
 import tempfile
 from typing import Optional
 
+from commands import stopping
 from commands.step_log import StepLog
+from commands.user_input import file_kind
 from config import ConfigError
 
 
@@ -48,18 +56,52 @@ def check_writable(flag: str, path: str) -> None:
     if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
         raise ConfigError(f"{flag} {path}: ends with {path[-1]!r}, so it names a directory; give "
                           "a file path")
-    if os.path.isdir(path):
+    target = _existing_target(flag, path)
+    if target is not None and stat.S_ISDIR(target.st_mode):
         raise ConfigError(f"{flag} {path}: is a directory; give a file path")
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise ConfigError(f"{flag} {path}: is not a regular file (a device or a pipe); servesim "
-                          "writes a file beside it and renames it into place, so give a file path")
-    directory = os.path.dirname(os.path.abspath(path))
+    if target is not None and not stat.S_ISREG(target.st_mode):
+        raise ConfigError(f"{flag} {path}: is {file_kind(target.st_mode)}, not a regular file; "
+                          "servesim writes a file beside it and renames it into place, so give "
+                          "a file path")
+    directory = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(directory):
         raise ConfigError(f"{flag} {path}: directory {directory} does not exist; create it or "
                           "give a path in an existing directory")
-    if not os.access(directory, os.W_OK):
-        raise ConfigError(f"{flag} {path}: directory {directory} is not writable; give a path "
-                          "in a directory you can write to")
+    _check_can_create(flag, path, directory)
+
+
+def _existing_target(flag: str, path: str):
+    """os.stat of what `path` names, following links; None if nothing is there yet."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ConfigError(f"{flag} {path}: a symbolic link to {os.readlink(path)}, which "
+                              "does not exist; give a file path, or a link to a file") from None
+        return None
+    except ValueError:  # a NUL character, which no path may hold
+        raise ConfigError(f"{flag} {path}: holds a NUL character, which no file name may; give "
+                          "a file path") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ConfigError(f"{flag} {path}: a loop of symbolic links; give a file "
+                              "path") from None
+        raise ConfigError(f"{flag} {path}: {error.strerror or error}; give a file path "
+                          "that can be written") from None
+
+
+def _check_can_create(flag: str, path: str, directory: str) -> None:
+    """Create and remove an empty partial file where the real one will go: the only sure test
+    (a read-only mount, /proc, a directory without write permission all fail it)."""
+    try:
+        with stopping.held():
+            descriptor, probe = tempfile.mkstemp(dir=directory, suffix=".partial")
+            os.close(descriptor)
+            os.unlink(probe)
+    except OSError as error:
+        raise ConfigError(f"{flag} {path}: no file can be created in {directory} "
+                          f"({error.strerror or error}); give a path in a directory you can "
+                          "write to") from None
 
 
 def check_distinct(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> None:
@@ -79,18 +121,16 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)  # a hard link
 
 
-@contextlib.contextmanager
-def _signals_held():
-    """Ctrl-C and SIGTERM wait until the block is done (where the platform can hold them)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+_LIVE_PARTIALS: set = set()  # paths of partial files not yet renamed into place or removed
+
+
+def remove_leftovers() -> None:
+    """Remove every partial file still there: a command that ended by an error or a signal."""
+    with stopping.held():
+        for partial_path in list(_LIVE_PARTIALS):
+            with contextlib.suppress(OSError):
+                os.unlink(partial_path)
+            _LIVE_PARTIALS.discard(partial_path)
 
 
 class PartialFile:
@@ -99,9 +139,11 @@ class PartialFile:
     def __init__(self, flag: str, path: str):
         self.flag = flag
         self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        with self._reported(), _signals_held():
-            descriptor, self._partial_path = tempfile.mkstemp(dir=directory, suffix=".partial")
+        self.target = os.path.realpath(path)  # through a symbolic link: the file it points to
+        with self._reported(), stopping.held():
+            descriptor, self._partial_path = tempfile.mkstemp(
+                dir=os.path.dirname(self.target), suffix=".partial")
+            _LIVE_PARTIALS.add(self._partial_path)
             self.file = os.fdopen(descriptor, "w", encoding="utf-8", newline="\n")
 
     def write(self, text: str) -> None:
@@ -110,16 +152,19 @@ class PartialFile:
 
     def commit(self) -> None:
         """Rename the finished file over its target, with the permissions open() would give."""
-        with self._reported():
+        with self._reported(), stopping.held():
             self.file.close()
             os.chmod(self._partial_path, 0o666 & ~_umask())  # mkstemp made it 0600
-            os.replace(self._partial_path, self.path)
+            os.replace(self._partial_path, self.target)
+            _LIVE_PARTIALS.discard(self._partial_path)
 
     def discard(self) -> None:
-        with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
-            self.file.close()
-        if os.path.exists(self._partial_path):
-            os.unlink(self._partial_path)
+        with stopping.held():
+            with contextlib.suppress(OSError):  # closing flushes, which fails again on a full
+                self.file.close()               # disk
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._partial_path)
+            _LIVE_PARTIALS.discard(self._partial_path)
 
     @contextlib.contextmanager
     def _reported(self):
@@ -167,7 +212,7 @@ class PendingFiles:
         try:
             for partial, (_, text) in zip(partials, self._texts):
                 partial.write(text)
-            with _signals_held():  # every text is written before any file is renamed into
+            with stopping.held():  # every text is written before any file is renamed into
                 for partial in partials:  # place, so a full disk leaves every target as it was
                     partial.commit()
                 if self._step_log_file:

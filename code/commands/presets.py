@@ -5,6 +5,7 @@ import textwrap
 from engine_overhead import VERSIONS
 from forward_model import SERVING_GEMM_SHARE, roofline_corner_flops_per_byte
 from presets import GPUS, MODELS
+from reports.columns import aligned
 
 
 def add_parser(subparsers, knobs) -> None:
@@ -34,7 +35,7 @@ def presets_tables() -> list[str]:
         fp4 = "-" if gpu.fp4_tflops is None else f"{gpu.fp4_tflops:,.1f}"
         rows.append((key, gpu.name, f"{gpu.memory_gib:.2f}", f"{gpu.memory_bandwidth_gbs:,.0f}",
                      f"{gpu.bf16_tflops:,.1f}", fp8, fp4, f"{gpu.interconnect_gbs:,.0f}"))
-    lines += _aligned(rows, num_text_columns=2)
+    lines += aligned(rows, num_text_columns=2)
     lines += ["", "What each GPU reaches (shares of the peaks above from microbenchmarks; the clock "
                   f"takes {SERVING_GEMM_SHARE:.0%} of the GEMM share for a serving step's GEMMs)"]
     rows = [("key", "measured", "BF16 GEMM", "FP8 GEMM", "HBM", "corner FLOP/B BF16",
@@ -49,7 +50,7 @@ def presets_tables() -> list[str]:
                      f"{roofline_corner_flops_per_byte(gpu, fp8=False):,.0f}", corner_fp8,
                      f"{gpu.all_reduce.custom_latency_us:.1f}",
                      f"{gpu.all_reduce.ring_latency_us:.1f}", f"{gpu.all_reduce.ring_bus_gbs:,.0f}"))
-    lines += _aligned(rows, num_text_columns=2)
+    lines += aligned(rows, num_text_columns=2)
     lines += ["", "vLLM versions (--vllm-version: the engine's CPU work per step, engine_overhead.py)"]
     rows = [("version", "engine", "CPU/step us", "CPU/request us", "async default",
              "gpu-memory-utilization default")]
@@ -58,7 +59,7 @@ def presets_tables() -> list[str]:
                      f"{version.per_request_s * 1e6:,.0f}",
                      "on" if version.async_scheduling_default else "off (none)",
                      f"{version.gpu_memory_utilization_default:g}"))
-    lines += _aligned(rows, num_text_columns=2)
+    lines += aligned(rows, num_text_columns=2)
     lines += ["", "Models (from each checkpoint's config.json; KV bytes per token = layers x 2 x "
                   "kv_heads x head_dim x bytes; MLA: layers x (kv_lora_rank + qk_rope_head_dim) x "
                   "bytes; sliding-window layers, which hold only their window, left out)"]
@@ -69,7 +70,7 @@ def presets_tables() -> list[str]:
                      f"{model.num_heads}/{model.num_kv_heads}", f"{model.num_params / 1e9:.2f}",
                      model.weight_dtype, f"{model.weight_bytes / gib:.2f}",
                      f"{model.kv_bytes_per_token('auto'):,}", f"{model.kv_bytes_per_token('fp8'):,}"))
-    lines += _aligned(rows, num_text_columns=1)
+    lines += aligned(rows, num_text_columns=1)
     lines += [""] + experts_table()
     lines += ["", "Sources"]
     sources = [f"{key}: {preset.source}" for key, preset in [*GPUS.items(), *MODELS.items()]]
@@ -99,7 +100,7 @@ def experts_table() -> list[str]:
                      f"{moe.shared_intermediate_size:,}" if moe.shared_intermediate_size else "-",
                      model.expert_dtype, _attention_kind(model),
                      f"{model.max_position_embeddings:,}"))
-    lines += _aligned(rows, num_text_columns=1)
+    lines += aligned(rows, num_text_columns=1)
     lines += textwrap.wrap(
         "servesim models per step: the experts the step's tokens touch, in expectation "
         "E(1 - (1 - k/E)^T), read once; compute on active weights only; expert parallelism's "
@@ -117,13 +118,3 @@ def _attention_kind(model) -> str:
         return f"GQA, {model.num_sliding_layers} sliding {model.sliding_window}"
     return f"GQA {model.num_heads}/{model.num_kv_heads}"
 
-
-def _aligned(rows: list[tuple], num_text_columns: int) -> list[str]:
-    """Left-align the first columns (names), right-align the rest (numbers)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(w) if i < num_text_columns else cell.rjust(w)
-                 for i, (cell, w) in enumerate(zip(row, widths))]
-        lines.append("  ".join(cells).rstrip())
-    return lines

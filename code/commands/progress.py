@@ -1,30 +1,47 @@
-"""A long run's progress: one line on stderr, rewritten in place, wiped when the run ends.
+"""A long command's progress: one line on stderr, rewritten in place, wiped when a run ends.
 
     CONTINUOUS+CHUNKED: 1,234.5 s simulated, 4,321/10,000 requests done, 12,345 steps
+    point 7/40 (request_rate 16), CONTINUOUS: 12.5 s simulated, 310/1,000 requests done, ...
 
-Shown only for a run that has taken over two seconds of wall time, only when stderr is a
-terminal, and never with --format json (a script reading the output should see nothing else).
-This is the shell's business: the engine itself never reads the wall clock.
+Shown once the command has taken SHOW_AFTER_S of wall time (counted from its start, so that a
+sweep of many short points or diagnose's many runs shows it too, each run labelled), only when
+stderr is a terminal, and never with --format json (a script reading the output should see
+nothing else). A long run is also announced before it starts (estimate.py). This is the
+shell's business: the engine itself never reads the wall clock.
 """
 
 import sys
 import time
 
-SHOW_AFTER_S = 2.0      # wall seconds before the line appears
+SHOW_AFTER_S = 1.0      # wall seconds of the command before the line appears
 REDRAW_EVERY_S = 0.25   # and between two redraws
-CHECK_EVERY_STEPS = 1024  # the wall clock is read this seldom, to cost the engine nothing
+CHECK_EVERY_STEPS = 256  # the wall clock is read this seldom, to cost the engine nothing
+
+
+class _Command:
+    started_s = time.monotonic()
+
+
+def new_command() -> None:
+    """commands/cli.py, as a command starts: the wait before the first line counts from now."""
+    _Command.started_s = time.monotonic()
 
 
 class Progress:
-    def __init__(self, mode_name: str, num_requests, stream=None, wall_clock=time.monotonic):
-        """`num_requests`: the workload's total, or None when unknown."""
+    def __init__(self, mode_name: str, num_requests, stream=None, wall_clock=time.monotonic,
+                 command_started_s=None):
+        """`mode_name`: how the line names the run; `num_requests`: the workload's total, or
+        None when unknown; `command_started_s`: when the command began, on `wall_clock`
+        (default: when new_command was called)."""
         self.mode_name = mode_name
         self.num_requests = num_requests
         self.stream = stream or sys.stderr
         self.wall_clock = wall_clock
         self.started_s = wall_clock()
+        if command_started_s is None:
+            command_started_s = _Command.started_s
         self.next_check_step = CHECK_EVERY_STEPS
-        self.next_draw_s = self.started_s + SHOW_AFTER_S
+        self.next_draw_s = command_started_s + SHOW_AFTER_S
         self.shown = False
 
     def __call__(self, recorder, clock_s: float) -> None:

@@ -12,7 +12,6 @@ from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
-from goodput import describe_slos
 from metrics import serving_metrics
 from reports import tables
 from reports.block_table import render_block_table
@@ -94,7 +93,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
                           "has none (it reserves max_model_len slots per request in one piece); "
                           "use --mode continuous or chunked")
     steps = steps_wanted(args, modes[0], engine)
-    workload = workload_from_args(args, engine.config)
+    workload = workload_from_args(args, engine.config, engine.modes)
     with PendingFiles(outputs) as files:
         watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
                       token_times=outputs.save_detailed is not None,
@@ -121,7 +120,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
             return tables.to_json(engine.config, engine.plan, workload, [(name, metrics)],
                                   [(name, recorder)])
         mode = modes[0]
-        lines = engine.title_lines(workload) + describe_slos(engine.slos_ms)
+        lines = engine.title_lines(workload) + tables.describe_slos(engine.slos_ms)
         lines += [f"mode: {mode.name} ({mode.summary})", ""]
         lines += serving_result_block(metrics, outputs.percentiles, outputs.percentile_metrics,
                                       workload.params)

@@ -48,22 +48,25 @@ class Engine:
     slos_ms: dict       # --goodput targets, ms; {} when not given
     show_progress: bool = False  # a progress line on stderr for long runs (progress.py)
 
-    def serve(self, workload, mode, observers=()) -> RunRecorder:
+    def serve(self, workload, mode, observers=(), label: str = "") -> RunRecorder:
+        """One run; `label` names it on the progress line (default: the mode's name), e.g. a
+        sweep's point."""
+        label = label or mode.name
         checking = invariants.wanted()  # off unless SERVESIM_CHECK_INVARIANTS is set (tests)
         if checking:
             checker = InvariantChecker(mode, self.config, checking == "every-request")
-            recorder = self._simulate(workload, checker, mode.name, [*observers, checker])
+            recorder = self._simulate(workload, checker, label, [*observers, checker])
             checker.check_end(recorder, workload)
             return recorder
-        return self._simulate(workload, mode, mode.name, observers)
+        return self._simulate(workload, mode, label, observers)
 
-    def _simulate(self, workload, mode, mode_name: str, observers) -> RunRecorder:
+    def _simulate(self, workload, mode, label: str, observers) -> RunRecorder:
         """`mode` is a mode, or an InvariantChecker standing before one."""
         if not self.show_progress:
             return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks,
                                  self.clock, observers)
         num_requests = workload.params.get("num_requests") or workload.params.get("num_prompts")
-        progress = Progress(mode_name, num_requests)
+        progress = Progress(label, num_requests)
         try:
             return self.simulate(workload, mode, self.config, self.plan.num_gpu_blocks,
                                  self.clock, observers, progress)

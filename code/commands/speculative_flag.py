@@ -7,6 +7,7 @@ from `model` as vLLM infers it. What needs the target model waits for
 import json
 from typing import Optional
 
+from commands.user_input import JsonRefused, parse_json
 from config import ConfigError
 from spec_decode import (EAGLE_METHODS, MODELLED_METHODS, NO_GPU_WORK_METHODS, UNMODELLED_METHODS,
                          SpeculativeConfig)
@@ -28,10 +29,12 @@ def parse_speculative_config(text: str) -> SpeculativeConfig:
     """`--speculative-config JSON` checked as vLLM checks it on its own (what needs the target
     waits for SpeculativeConfig.validate); the method inferred from `model` as vLLM infers it."""
     try:
-        values = json.loads(text)
+        values = parse_json(text)
     except json.JSONDecodeError as error:
         raise ConfigError(f"--speculative-config is not JSON ({error.msg}, character "
                           f"{error.pos}); write it like '{EXAMPLE}'") from None
+    except JsonRefused as error:
+        raise ConfigError(f"--speculative-config: {error}; write it like '{EXAMPLE}'") from None
     if not isinstance(values, dict):
         raise ConfigError(f"--speculative-config must be a JSON object, like '{EXAMPLE}'")
     if "tensor_parallel_size" in values:

@@ -35,7 +35,7 @@ from commands.output_files import PendingFiles
 from commands.serving import Engine, require_completions
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
-from goodput import add_request_goodput, describe_slos
+from goodput import add_request_goodput
 from kv_cache import num_blocks_for
 from reports import tables
 from reports.sweep_table import (SweepPoint, budget_rule_lines, load_phrase, saturation_lines,
@@ -86,7 +86,8 @@ def run_sweep(args: argparse.Namespace, context) -> str:
         points = run_points(modes, specs, load_name)
         _, engine, first_workload = specs[0]
         title, _, workload_line, *speculation = engine.title_lines(first_workload)
-        load_lines = [sweep_line(points)] + describe_slos(engine.slos_ms, flags.goodput_note(args))
+        load_lines = [sweep_line(points)] + tables.describe_slos(engine.slos_ms,
+                                                                 flags.goodput_note(args))
         header = [title, workload_line, *speculation] + load_lines
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
@@ -116,15 +117,22 @@ def sweep_points_from_args(args: argparse.Namespace, context, modes: list,
     """(the load swept, [(value, engine, workload)]): every point's engine and workload built,
     and so checked, before the first simulation."""
     if len(budgets) > 1:
+        without = [mode.name for mode in modes if not mode.has_token_budget]
+        if without:
+            raise ConfigError(f"--max-num-batched-tokens {args.max_num_batched_tokens} sweeps "
+                              f"the token budget, which {' and '.join(without)} "
+                              f"{'does' if len(without) == 1 else 'do'} not have (a "
+                              "padded batch computes every member's tokens); choose --mode "
+                              "continuous, chunked or both")
         if args.request_rates is not None or args.concurrencies is not None:
             raise ConfigError("sweep one thing at a time: a list of --max-num-batched-tokens "
                               "runs at one load (--request-rate or --max-concurrency), so drop "
                               "--request-rates and --concurrencies")
         engines = [engine_for(args, context, modes, budget) for budget in budgets]
-        workload = workload_from_args(args, engines[0].config)
+        workload = workload_from_args(args, engines[0].config, modes)
         return "max_num_batched_tokens", [(b, e, workload) for b, e in zip(budgets, engines)]
     engine = engine_for(args, context, modes, budgets[0] if budgets else None)
-    load_name, workloads = sweep_workloads_from_args(args, engine.config)
+    load_name, workloads = sweep_workloads_from_args(args, engine.config, modes)
     return load_name, [(load, engine, workload) for load, workload in workloads]
 
 
@@ -141,7 +149,7 @@ def top_load_surprises(points: list[SweepPoint]) -> list[str]:
                            for line in tables.surprise_lines(results)])
 
 
-def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, list]:
+def sweep_workloads_from_args(args: argparse.Namespace, config, modes: list) -> tuple[str, list]:
     """(the load swept, [(value, workload)]): one workload per point, all built (and so
     checked) before the first simulation."""
     if args.request_rates is not None and args.concurrencies is not None:
@@ -155,7 +163,8 @@ def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, li
         if rate is None and args.trace is None:  # a trace keeps its own arrival times
             rate = math.inf
         return "max_concurrency", [
-            (n, workload_from_args(_with(args, request_rate=rate, max_concurrency=int(n)), config))
+            (n, workload_from_args(_with(args, request_rate=rate, max_concurrency=int(n)), config,
+                                   modes))
             for n in loads]
     if args.trace is not None:
         raise ConfigError("sweep --trace varies --concurrencies (e.g. 1,8,32): a trace brings "
@@ -165,7 +174,7 @@ def sweep_workloads_from_args(args: argparse.Namespace, config) -> tuple[str, li
                           "each point")
     text = args.request_rates or ",".join(map(str, SWEEP_RATES))
     loads = flags.parse_loads("--request-rates", text, integer=False)
-    return "request_rate", [(r, workload_from_args(_with(args, request_rate=r), config))
+    return "request_rate", [(r, workload_from_args(_with(args, request_rate=r), config, modes))
                             for r in loads]
 
 
@@ -179,7 +188,8 @@ def run_points(modes: list, specs: list, load_name: str) -> list[SweepPoint]:
     points = []
     for mode in modes:
         for load, engine, workload in specs:
-            recorder = engine.serve(workload, mode)
+            label = f"point {len(points) + 1}/{len(modes) * len(specs)} ({load_name} {load:g}), "
+            recorder = engine.serve(workload, mode, label=label + mode.name)
             require_completions(recorder)
             metrics = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
             if mode.is_paged:  # what the pool had left at its fullest (the budget rule's input)

@@ -17,6 +17,7 @@ import argparse
 import math
 import sys
 
+from commands import estimate
 from config import EngineConfig
 from forward_model import make_clock
 from traces.formats import DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS
@@ -142,10 +143,13 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
                                   "time_scale_factor)")
 
 
-def workload_from_args(args: argparse.Namespace, config: EngineConfig) -> Workload:
-    """The workload the flags ask for, checked: every option, and that the virtual clock can
-    still count steps at the last arrival."""
+def workload_from_args(args: argparse.Namespace, config: EngineConfig,
+                       modes: tuple = ()) -> Workload:
+    """The workload the flags ask for, checked: every option, that the machine can hold a run
+    of it in `modes` (estimate.py, which also announces a long one before anything slow), and
+    that the virtual clock can still count steps at the last arrival."""
     workload = _workload(args, config)
+    estimate.check_size(workload, config, modes)
     check_clock_resolution(workload, make_clock(config).shortest_step_s(), workload_kind(args))
     return workload
 

@@ -12,6 +12,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Optional
 
+from reports.columns import aligned
+
 WIDTH = 100
 
 
@@ -82,20 +84,17 @@ def diagnosis_page(d: Diagnosis) -> list[str]:
 
 def _config_lines(rows: list[dict], version: str) -> list[str]:
     """The flags as a table, "what it sets" wrapped in its own column."""
-    titles = ("flag", "value", "vLLM default")
-    widths = [max(len(title), *(len(row[key]) for row in rows))
-              for title, key in zip(titles, ("flag", "value", "vllm_default"))]
-    widths[1] += 2  # room for the mark
-    left = sum(widths) + 2 * len(widths)
+    marked = [row["value"] + (" *" if row["differs"] else "  ") for row in rows]  # room for *
+    table = aligned([("flag", "value  ", "vLLM default")]
+                    + [(row["flag"], value, row["vllm_default"]) for row, value in zip(rows, marked)],
+                    num_text_columns=3)
+    width = max(len(line) for line in table)
+    left = width + 2
     lines = [f"Config read (* = not vLLM {version}'s default on this GPU)",
-             "  ".join(title.ljust(width) for title, width in zip(titles, widths))
-             + "  what it sets"]
-    for row in rows:
-        value = row["value"] + (" *" if row["differs"] else "")
-        cells = "  ".join(text.ljust(width) for text, width in
-                          zip((row["flag"], value, row["vllm_default"]), widths))
+             table[0].ljust(width) + "  what it sets"]
+    for row, cells in zip(rows, table[1:]):
         controls = textwrap.wrap(row["controls"], width=WIDTH - left, break_on_hyphens=False)
-        lines.append(f"{cells}  {controls[0]}")
+        lines.append(f"{cells.ljust(width)}  {controls[0]}")
         lines += [" " * left + more for more in controls[1:]]
     for row in rows:
         if row["differs"]:

@@ -6,7 +6,9 @@ import math
 import textwrap
 from dataclasses import dataclass, replace
 
+from reports.columns import aligned
 from reports.tables import config_json
+from workload import json_rate
 
 LOAD_LABELS = {"request_rate": "rate req/s", "max_concurrency": "concurrency",
                "max_num_batched_tokens": "budget tokens"}
@@ -48,12 +50,7 @@ def sweep_table(points: list[SweepPoint]) -> list[str]:
         first_of_mode = index == 0 or points[index - 1].mode_name != point.mode_name
         rows.append([point.mode_name if first_of_mode else "", load_text(point.load)]
                     + [fmt.format(point.metrics[key]) for key, _, fmt in columns])
-    widths = [max(len(row[i]) for row in rows + [headers]) for i in range(len(headers))]
-    lines = []
-    for row in [headers] + rows:
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
-    return lines
+    return aligned([headers] + rows, num_text_columns=1)
 
 
 def sweep_line(points: list[SweepPoint]) -> str:
@@ -125,26 +122,19 @@ def sweep_json(config, plan, workload_params: dict, slos_ms: dict, points) -> st
     workload_json = dict(workload_params)
     varied = config_document if points[0].load_name in config_document else workload_json
     varied[points[0].load_name] = None  # varies: named per result
-    workload_json["request_rate"] = _json_rate(workload_json.get("request_rate"))
+    workload_json["request_rate"] = json_rate(workload_json.get("request_rate"))
     results = []
     for point in points:
         entry = {"mode": point.mode_name,
                  "request_rate": workload_json.get("request_rate"),
                  "max_concurrency": workload_json.get("max_concurrency")}
         entry[point.load_name] = point.load
-        entry["request_rate"] = _json_rate(entry["request_rate"])
+        entry["request_rate"] = json_rate(entry["request_rate"])
         results.append({**entry, **point.metrics})
     document = {"config": config_document, "workload": workload_json,
                 "sweep": {"load": points[0].load_name, "goodput_slos_ms": slos_ms},
                 "results": results}
     return json.dumps(document, indent=2, allow_nan=False)
-
-
-def _json_rate(request_rate):
-    """inf -> "inf", as vllm bench serve writes it (JSON has no infinity); else unchanged."""
-    if isinstance(request_rate, float) and math.isinf(request_rate):
-        return "inf"
-    return request_rate
 
 
 def budget_rule_lines(points: list[SweepPoint], block_size: int) -> list[str]:

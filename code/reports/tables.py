@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Optional
 
 from engine_overhead import DEFAULT_VERSION, VERSIONS
-from goodput import describe_slo
+from reports.columns import aligned
 
 
 # (JSON key, column header, format): the comparison table, left to right.
@@ -76,16 +76,24 @@ def memory_line(config, plan) -> str:
             f"activation reserve + {plan.kv_cache_bytes / gib:,.1f} {kv}")
 
 
+def describe_slos(slos_ms: dict[str, float], note: str = "") -> list[str]:
+    """The SLOs as a line for a report header (no line without SLOs); `note` follows in
+    parentheses (where the SLOs came from)."""
+    if not slos_ms:
+        return []
+    targets = " and ".join(describe_slo(name, ms) for name, ms in slos_ms.items())
+    return [f"goodput: requests with {targets}, per second" + (f" ({note})" if note else "")]
+
+
+def describe_slo(name: str, target_ms: float) -> str:
+    """`ttft`, 2000.0 -> "TTFT <= 2000 ms"."""
+    return f"{name.upper()} <= {target_ms:g} ms"
+
 def comparison_table(rows: list[tuple[str, dict]], columns=COLUMNS) -> list[str]:
     """One aligned row per mode: (mode name, metrics)."""
-    width = max(len("mode"), *(len(name) for name, _ in rows))
-    cells = [[fmt.format(metrics[key]) for key, _, fmt in columns] for _, metrics in rows]
-    widths = [max(len(title), *(len(row[i]) for row in cells))
-              for i, (_, title, _) in enumerate(columns)]
-    lines = ["  ".join(["mode".ljust(width)] + [t.rjust(w) for (_, t, _), w in zip(columns, widths)])]
-    for (name, _), row in zip(rows, cells):
-        lines.append("  ".join([name.ljust(width)] + [c.rjust(w) for c, w in zip(row, widths)]))
-    return lines
+    header = ["mode"] + [title for _, title, _ in columns]
+    return aligned([header] + [[name] + [fmt.format(metrics[key]) for key, _, fmt in columns]
+                               for name, metrics in rows], num_text_columns=1)
 
 
 def takeaways(results: dict[str, dict], forward_model: str, chunked_budget: int,

@@ -19,22 +19,24 @@ may say what their tokens are, for prefix caching: `hash_ids` (one id per 512 pr
 failed request with 0 response tokens; its reader marks such rows `failed` (trace_replay.py skips
 and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
 
-Files are read line by line, never loaded whole, and no line is held past MAX_LINE_CHARS
-characters: a file that is not a trace (one huge line) is refused after reading that much of it.
+A trace is read once, whole (commands/user_input.py: a regular file of at most 256 MiB of UTF-8),
+and every pass over it (the check, then each mode) parses that text, so a file that changes
+while servesim runs cannot give two passes different rows. No line may pass MAX_LINE_CHARS
+characters: a file that is not a trace (one huge line) is refused there.
 A bad row raises one `WorkloadError` line naming the file, the line number and what is wrong.
 A file whose name ends in `.gz` is read through `gzip`, as the shipped traces are (shipped.py).
 """
 
 import csv
-import gzip
+import io
 import itertools
 import json
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterator, Optional
 
+from commands.user_input import JsonRefused, parse_json, read_text_file
 from config import MAX_TOKENS, Range
 from request import TokenContent
 from workload import WorkloadError
@@ -107,16 +109,15 @@ CSV_LAYOUTS = {
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "csv")
 
 
-def read_csv_rows(path: str, layout: CsvLayout) -> Iterator[TraceRow]:
-    with open_trace(path, newline="") as file:
-        reader = csv.reader(capped_lines(path, file))
-        try:
-            columns = column_indexes(path, next(reader, []), layout)
-            for fields in reader:
-                if fields:  # skip blank lines
-                    yield csv_row(path, reader.line_num, fields, columns, layout)
-        except csv.Error as error:
-            raise trace_error(path, reader.line_num, f"not valid CSV ({error})") from None
+def read_csv_rows(path: str, text: str, layout: CsvLayout) -> Iterator[TraceRow]:
+    reader = csv.reader(capped_lines(path, text))
+    try:
+        columns = column_indexes(path, next(reader, []), layout)
+        for fields in reader:
+            if fields:  # skip blank lines
+                yield csv_row(path, reader.line_num, fields, columns, layout)
+    except csv.Error as error:
+        raise trace_error(path, reader.line_num, f"not valid CSV ({error})") from None
 
 
 def column_indexes(path: str, header: list[str], layout: CsvLayout) -> dict[str, int]:
@@ -145,7 +146,7 @@ def csv_row(path: str, line: int, fields: list[str], columns: dict[str, int],
                               min_output)
     request_id = field_text(fields, columns, layout.id_column) if layout.id_column in columns else ""
     return TraceRow(line, timestamp_s, timestamp_text, prompt_len, output_len,
-                    request_id or None,
+                    checked_request_id(path, line, request_id or None),
                     failed=layout.zero_output_means_failed and output_len == 0)
 
 
@@ -170,19 +171,20 @@ DEFAULT_HASH_BLOCK_SIZE = 512  # prompt tokens per hash id in Mooncake's FAST'25
 HASH_ID_SOURCE = 1             # a hash id h names the tokens of source (1, h)
 
 
-def read_mooncake_rows(path: str, hash_block_size: int) -> Iterator[TraceRow]:
+def read_mooncake_rows(path: str, text: str, hash_block_size: int) -> Iterator[TraceRow]:
     """One JSON object a line; its numbers go through the same checks as CSV text."""
-    with open_trace(path) as file:
-        for line, text in enumerate(capped_lines(path, file), start=1):
-            if text.strip():
-                yield mooncake_row(path, line, text, hash_block_size)
+    for line, line_text in enumerate(capped_lines(path, text), start=1):
+        if line_text.strip():
+            yield mooncake_row(path, line, line_text, hash_block_size)
 
 
 def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> TraceRow:
     try:
-        record = json.loads(text)
+        record = parse_json(text)
     except json.JSONDecodeError as error:
         raise trace_error(path, line, f"not a JSON object ({error.msg})") from None
+    except JsonRefused as error:
+        raise trace_error(path, line, str(error)) from None
     if not isinstance(record, dict):
         raise trace_error(path, line, "not a JSON object")
     for key in MOONCAKE_FIELDS:
@@ -193,7 +195,11 @@ def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> Trace
                                    "a number of milliseconds")
     prompt_len = parse_tokens(path, line, "input_length", str(record["input_length"]), 1)
     output_len = parse_tokens(path, line, "output_length", str(record["output_length"]), 1)
-    request_id = str(record["id"]) if record.get("id") not in (None, "") else None
+    request_id = record.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int, type(None))):
+        raise trace_error(path, line, f"id must be a string or an integer, got {request_id!r}")
+    request_id = checked_request_id(path, line, str(request_id) if request_id not in (None, "")
+                                    else None)
     return TraceRow(line, timestamp_ms / 1000, timestamp_text + " ms", prompt_len, output_len,
                     request_id, content=mooncake_content(path, line, record, prompt_len,
                                                          output_len, hash_block_size))
@@ -269,12 +275,29 @@ def parse_tokens(path: str, line: int, column: str, text: str, minimum: int) -> 
     return value
 
 
+MAX_REQUEST_ID_CHARS = 256  # an id is printed in tables, timelines and step logs
+
+
+def checked_request_id(path: str, line: int, request_id: Optional[str]) -> Optional[str]:
+    """A request id is printable text on one line (it labels rows of tables and timelines):
+    no newline, tab or other control character, at most MAX_REQUEST_ID_CHARS characters."""
+    if request_id is None:
+        return None
+    if not request_id.isprintable() or len(request_id) > MAX_REQUEST_ID_CHARS:
+        raise trace_error(path, line, f"request id {request_id[:40]!r} must be printable text "
+                          f"of at most {MAX_REQUEST_ID_CHARS} characters, with no control "
+                          "character")
+    return request_id
+
+
 def trace_error(path: str, line: int, problem: str) -> WorkloadError:
     return WorkloadError(f"{path}:{line}: {problem}")
 
 
-def capped_lines(path: str, file) -> Iterator[str]:
-    """The file's lines, refusing one longer than MAX_LINE_CHARS without reading the rest of it."""
+def capped_lines(path: str, text: str) -> Iterator[str]:
+    """The trace's lines (split as a file opened with newline="" splits them, so that the csv
+    module sees quoted line breaks), refusing one longer than MAX_LINE_CHARS."""
+    file = io.StringIO(text, newline="")
     for line_number in itertools.count(1):
         text = file.readline(MAX_LINE_CHARS + 1)
         if not text:
@@ -285,31 +308,18 @@ def capped_lines(path: str, file) -> Iterator[str]:
         yield text
 
 
-def opener(path: str):
-    """gzip.open for a `.gz` file (the shipped traces are compressed), else the plain open."""
-    return gzip.open if path.endswith(".gz") else open
-
-
-@contextmanager
-def open_trace(path: str, newline: Optional[str] = None):
-    """Open a trace as text; an unreadable or binary file becomes one clear error line."""
-    try:
-        with opener(path)(path, "rt", encoding="utf-8-sig", newline=newline) as file:
-            yield file
-    except (OSError, EOFError) as error:  # gzip: not gzip data, or cut short
-        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
-        raise WorkloadError(f"{path}: cannot read trace ({reason})") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{path}: not a text file; a trace is CSV or JSON lines "
-                            "in UTF-8") from None
+def read_trace_text(path: str) -> str:
+    """The whole trace file as text, read once (see the module docstring); a `.gz` file
+    decompressed, under the same size cap."""
+    return read_text_file(f"--trace {path}", path, WorkloadError, what="trace",
+                          gzipped=path.endswith(".gz"))
 
 
 # -- which format ----------------------------------------------------------------------------
 
-def detect_format(path: str) -> str:
+def detect_format(path: str, text: str) -> str:
     """Tell the format from the first line: a JSON object is Mooncake, else the CSV header."""
-    with open_trace(path, newline="") as file:
-        first_line = next(capped_lines(path, file), "")
+    first_line = next(capped_lines(path, text), "")
     if not first_line.strip():
         raise trace_error(path, 1, "empty first line; a trace starts with its CSV header or, "
                                    "for Mooncake, its first JSON object")
@@ -326,8 +336,9 @@ def detect_format(path: str) -> str:
                                f"--trace-format")
 
 
-def trace_rows(path: str, trace_format: str,
+def trace_rows(path: str, text: str, trace_format: str,
                hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE) -> Iterator[TraceRow]:
+    """The rows of a trace's text (read_trace_text); `path` names it in refusals."""
     if trace_format == "mooncake":
-        return read_mooncake_rows(path, hash_block_size)
-    return read_csv_rows(path, CSV_LAYOUTS[trace_format])
+        return read_mooncake_rows(path, text, hash_block_size)
+    return read_csv_rows(path, text, CSV_LAYOUTS[trace_format])

@@ -16,8 +16,8 @@ Request ids: a trace gives every request its own id, or none (servesim then numb
 missing on some rows only, is refused with both line numbers: two requests under one id would
 share one block table.
 
-Every mode reads the file again, line by line: nothing is loaded whole (the first reading, which
-checks the file, keeps the ids it has seen).
+The file is read once (traces/formats.py); every mode parses that text again, row by row (the
+first pass, which checks every row, keeps the ids it has seen).
 """
 
 import math
@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 from config import Range
 from request import Request
 from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS, TraceRow, detect_format,
-                            trace_error, trace_rows)
+                            read_trace_text, trace_error, trace_rows)
 from traces.shipped import trace_path
 from workload import LENGTH, Workload, WorkloadError, check_sending, closed_loop_note
 
@@ -41,10 +41,11 @@ class TraceReplay:
     (requests, span, failed rows skipped) before any mode runs.
     """
 
-    def __init__(self, path: str, trace_format: str, num_prompts: Optional[int],
+    def __init__(self, path: str, text: str, trace_format: str, num_prompts: Optional[int],
                  time_scale: float, hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
                  check_ids: bool = False):
         self.path = path
+        self.text = text  # the file's whole text, read once
         self.ids = RequestIds(path) if check_ids else None
         self.trace_format = trace_format
         self.hash_block_size = hash_block_size
@@ -57,7 +58,8 @@ class TraceReplay:
     def __iter__(self) -> Iterator[Request]:
         first_s: Optional[float] = None
         previous: Optional[TraceRow] = None
-        for row in trace_rows(self.path, self.trace_format, self.hash_block_size):
+        for row in trace_rows(self.path, self.text, self.trace_format,
+                              self.hash_block_size):
             if previous is not None and row.timestamp_s < previous.timestamp_s:
                 raise trace_error(self.path, row.line, f"time goes backwards: "
                                   f"{row.timestamp_text} is earlier than line {previous.line}'s "
@@ -122,12 +124,13 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
     LENGTH.check("--hash-block-size", hash_block_size, WorkloadError)
     TIME_SCALE.check("--trace-time-scale", time_scale, WorkloadError)
     name, path = path, trace_path(path)  # the report names the trace as the learner did
+    text = read_trace_text(path)
     if trace_format is None:
-        trace_format = detect_format(path)
+        trace_format = detect_format(path, text)
     elif trace_format not in TRACE_FORMATS:
         raise WorkloadError(f"--trace-format must be one of {', '.join(TRACE_FORMATS)}, "
                             f"got {trace_format!r}")
-    scan = TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size,
+    scan = TraceReplay(path, text, trace_format, num_prompts, time_scale, hash_block_size,
                        check_ids=True)
     for _ in scan:
         pass  # reading is checking; the counts stay on `scan`
@@ -137,7 +140,8 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
         raise WorkloadError(f"{path}: no requests to replay{failed}")
 
     def make_requests() -> Iterator[Request]:
-        return iter(TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size))
+        return iter(TraceReplay(path, text, trace_format, num_prompts, time_scale,
+                                hash_block_size))
 
     params = {"name": "trace", "trace": name, "trace_format": trace_format,
               "num_prompts": num_prompts, "trace_time_scale": time_scale,

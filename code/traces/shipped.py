@@ -7,6 +7,7 @@ called there. A `--trace` value that is a file is read as a path first: a learne
 `azure-conv` file in the working directory is never shadowed by the shipped one.
 """
 
+import os
 from pathlib import Path
 
 from workload import WorkloadError
@@ -22,8 +23,13 @@ def shipped_traces() -> dict[str, Path]:
 def trace_path(name_or_path: str) -> str:
     """The file to read for a `--trace` value: the path itself if there is one, else the
     shipped trace of that short name; neither is one line naming what would be valid."""
-    if Path(name_or_path).exists():
+    try:
+        os.lstat(name_or_path)
         return name_or_path  # reading it says what is wrong with it, if anything
+    except FileNotFoundError:
+        pass                 # a short name, perhaps
+    except (OSError, ValueError):
+        return name_or_path  # a name too long, a NUL: reading it says so in one line
     shipped = shipped_traces()
     if name_or_path not in shipped:
         raise WorkloadError(f"{name_or_path}: cannot read trace (no such file, nor a shipped "
