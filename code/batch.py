@@ -28,6 +28,8 @@ class ScheduledRequest:
     num_new_tokens: int       # tokens computed for this request in this step (drafts included)
     num_context_tokens: int   # tokens already in its KV cache, which the new ones attend to
     num_draft_tokens: int = 0  # of the new tokens, drafts to verify (speculative decoding)
+    padded: bool = False       # its drafts are placeholders padding a one-token admission to
+    #                            1 + k tokens (vLLM 0.30.0): the sampler rejects them all
 
     @property
     def is_decode(self) -> bool:
@@ -92,8 +94,9 @@ class SchedulerOutput:
         return len(self.scheduled) + self.num_bulk_decodes
 
     def add(self, request: Request, num_new_tokens: int, num_context_tokens: int,
-            num_draft_tokens: int = 0) -> None:
-        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens, num_draft_tokens)
+            num_draft_tokens: int = 0, padded: bool = False) -> None:
+        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens, num_draft_tokens,
+                                     padded)
         self.scheduled.append(scheduled)
         self.num_scheduled_tokens += num_new_tokens
         self.num_context_tokens += num_context_tokens

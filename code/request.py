@@ -129,6 +129,8 @@ class Request:
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     num_draft_tokens: int = 0  # drafts proposed for its next step (speculative decoding only)
+    is_prefill_chunk: bool = False  # its latest step computed part of its sequence and sampled
+    #                                 nothing (vLLM's flag, read by the one-token padding)
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0  # tokens whose KV a preemption threw away: computed again
     num_lost_tokens: int = 0  # of them, those its latest preemption threw away
