@@ -193,6 +193,9 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0  # >0 caps one request's prompt tokens per step
     speculative_config: Optional["SpeculativeConfig"] = None  # --speculative-config
     #                                     (spec_decode.py); None: no speculative decoding
+    async_scheduling: bool = True       # step n+1 scheduled before step n's output is known
+    #                                     (vLLM 0.30.0's default; the continuous modes only:
+    #                                     async_scheduling.py)
     batching_window_ms: float = 10.0    # STATIC: how long the oldest request waits for a full batch
     # -- the virtual clock (forward_model.py) --
     forward_model: str = "roofline"     # "roofline" (honest) or "linear" (the lesson toy's clock)
@@ -273,6 +276,7 @@ FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module 
     "enable_prefix_caching": Switch(),
     "long_prefill_token_threshold": Range(0, MAX_TOKENS, why="0 turns the cap off", **_TOKENS),
     "speculative_config": Parsed("parse_speculative_config (commands/speculative_flag.py)"),
+    "async_scheduling": Switch(),
     "batching_window_ms": Range(0, MAX_MS, **_MS),
     "forward_model": Choice(("roofline", "linear")),
     "linear_step_ms": Range(0, MAX_MS, **_MS),

@@ -95,6 +95,10 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     add_switch(group, "--enable-prefix-caching", default=DEFAULTS.enable_prefix_caching,
                help="reuse cached KV blocks of shared prompt prefixes (default on, as in vLLM "
                     "V1; CONTINUOUS and CONTINUOUS+CHUNKED only)")
+    add_switch(group, "--async-scheduling", default=DEFAULTS.async_scheduling,
+               help="schedule step n+1 while step n runs, before its output is known: a "
+                    "finish is seen one step later (default on, as in vLLM 0.30.0; "
+                    "CONTINUOUS and CONTINUOUS+CHUNKED only)")
     group.add_argument("--speculative-config", default=None, metavar="JSON",
                        help=f"speculative decoding, with vLLM's keys, e.g. '{SPECULATIVE_EXAMPLE}'"
                             f"; method: {', '.join(MODELLED_METHODS)} (draft_model's model: a "
