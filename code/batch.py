@@ -214,6 +214,21 @@ class BatchScheduler(Protocol):
 
 
 @dataclass
+class EngineCall:
+    """One pass of the engine loop (main.simulate): the batch it scheduled, and the output it
+    read: the same batch's with synchronous scheduling, the previous one's with async
+    scheduling (async_scheduling.py)."""
+    batch: SchedulerOutput
+    result: StepResult       # the output read in this pass
+    start_s: float           # when the batch began on the GPU
+    step_s: float            # the batch's GPU time
+    now_s: float             # the clock when the pass is over
+    kv_reserved_slots: int   # while the batch ran
+    kv_used_slots: int
+    ran: bool = True         # False: nothing scheduled and nothing in flight (idle)
+
+
+@dataclass
 class EngineStep:
     """One step as the engine loop saw it, for observers (step log, timeline, charts)."""
     index: int

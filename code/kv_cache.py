@@ -108,9 +108,22 @@ class PagedKVCache:
             self._note_hashed_tokens(request_id, num_computed + num_new_tokens, num_known)
         return True
 
+    def cache_known_tokens(self, request: Request, num_known: int) -> None:
+        """Async scheduling: the request's output arrived, so its first `num_known` tokens are
+        known now; vLLM hashes their full blocks at once (AsyncScheduler's
+        `_update_request_with_output`), not at the next allocation."""
+        if not self.enable_prefix_caching:
+            return
+        self._register_shared_blocks(request, num_known)
+        request_id = request.request_id
+        num_hashed = self._num_hashed_tokens.get(request_id)
+        if num_hashed is not None:
+            self._note_hashed_tokens(request_id, request.num_computed_tokens,
+                                     max(num_hashed, num_known))
+
     def _note_hashed_tokens(self, request_id: str, num_scheduled: int, num_known: int) -> None:
         """vLLM hashes a request's full blocks at allocation, up to the tokens known then: its
-        drafts are not known tokens yet. The blocks the accepted ones fill wait for the next
+        drafts (and, with async scheduling, the tokens steps in flight sample) are not known yet. The blocks the accepted ones fill wait for the next
         allocation; if the request is preempted or finishes first, they are freed unhashed."""
         if num_scheduled > num_known:
             self._num_hashed_tokens[request_id] = num_known

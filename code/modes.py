@@ -11,6 +11,7 @@ calls `make_scheduler` and never asks a mode's name.
 
 import random
 
+from async_scheduling import AsyncScheduler
 from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
 from scheduler import Scheduler
@@ -40,6 +41,11 @@ class StaticMode:
         """Contiguous reservations predate prefix caching: never."""
         return False
 
+    def uses_async_scheduling(self, config: EngineConfig) -> bool:
+        """servesim's own modes, which vLLM never ran: one step at a time, whatever
+        --async-scheduling says."""
+        return False
+
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
                        acceptance_rng: random.Random) -> StaticBatchScheduler:
         kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
@@ -67,6 +73,12 @@ class ContinuousMode:
     def caches_prefixes(self, config: EngineConfig) -> bool:
         return config.enable_prefix_caching
 
+    def uses_async_scheduling(self, config: EngineConfig) -> bool:
+        """--async-scheduling (async_scheduling.py), except with speculative decoding: vLLM
+        0.30.0 turns it off for n-gram drafts; for EAGLE and draft models it schedules
+        placeholder drafts, which servesim does not model, so those run synchronously too."""
+        return config.async_scheduling and config.speculative_config is None
+
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
                        acceptance_rng: random.Random) -> Scheduler:
         """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate)."""
@@ -74,7 +86,8 @@ class ContinuousMode:
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
         kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
                                 drop_last_hit=speculative is not None and speculative.uses_eagle)
-        return Scheduler(kv_cache,
+        scheduler_class = AsyncScheduler if self.uses_async_scheduling(config) else Scheduler
+        return scheduler_class(kv_cache,
                          max_num_seqs=config.max_num_seqs,
                          max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
                          max_model_len=config.max_model_len,

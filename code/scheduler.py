@@ -134,7 +134,7 @@ class Scheduler:
                        self._take_drafts(request, num_new_tokens))
             prefill_scheduled |= request.is_prefill_chunk  # as its previous step left it
             request.is_prefill_chunk = (request.num_computed_tokens + num_new_tokens
-                                        < request.num_tokens)
+                                        < request.num_tokens + request.num_output_placeholders)
             token_budget -= num_new_tokens + draft_slots
             index += 1
         return token_budget, prefill_scheduled
@@ -272,7 +272,8 @@ class Scheduler:
         """How many of the request's drafts the step verifies: those that fit into its new
         tokens (the budget or max_model_len may cut them). The rest are dropped: the proposer
         drafts afresh after the step."""
-        num_drafts = max(0, request.num_computed_tokens + num_new_tokens - request.num_tokens)
+        num_drafts = max(0, request.num_computed_tokens + num_new_tokens - request.num_tokens
+                         - request.num_output_placeholders)
         request.num_draft_tokens = 0
         return num_drafts
 

@@ -1,0 +1,124 @@
+"""Async scheduling: the CPU schedules step n+1 while the GPU still runs step n (vLLM 0.30.0's default).
+
+With synchronous scheduling the engine does one thing at a time: schedule a step, run it, read
+its output, schedule the next. The GPU waits while the CPU schedules. vLLM 0.30.0's engine keeps
+a queue of two batches instead (`EngineCore.step_with_batch_queue`, vllm/v1/engine/core.py):
+
+    schedule n+1 | the GPU runs n | read n's output | schedule n+2 | the GPU runs n+1 | ...
+
+so step n+1 is scheduled *before* step n's output is known. Its scheduler (`AsyncScheduler`,
+vllm/v1/core/sched/async_scheduler.py) decides as if the outputs in flight were there: a request
+whose step n samples a token holds an output placeholder, and step n+1 feeds that token back
+already (the GPU knows it; the CPU does not yet). What changes, step for step:
+
+- every finish is seen one step later: the step that sampled a request's last token is read
+  while the next one is already scheduled, so the request is reported finished, and its blocks
+  freed, in that next step;
+- a request whose last token is in flight is skipped, but stays running: nothing is left to
+  compute for it. A batch may hold nobody at all (its step costs nothing);
+- a request that arrives while a batch runs waits one more step: the next batch was scheduled
+  already, when the previous one ended;
+- preemption can hit a request whose token is in flight: the token still arrives (vLLM calls it
+  stale) and counts; if it was the last one, the request finishes while it waits;
+- with prefix caching, the block a token fills is hashed when the token arrives.
+
+The clock (as the oracle servesim is checked against counts it): a batch runs when it is
+scheduled or when the previous one ends, whichever is later; a batch with no tokens costs
+nothing; scheduling itself costs no time here (the CPU's time per step, and how much of it the
+GPU's step hides, is the clock's business). So in steady state step n is scheduled when batch
+n - 2 ends, and the engine reads a batch's output when it ends.
+
+`AsyncScheduler` is vLLM's scheduler with placeholders; `BatchQueue` is the engine's queue of
+two batches, in place of main.py's `SyncSteps` (the mode chooses, modes.py). Speculative decoding
+is scheduled synchronously here (modes.py says why).
+"""
+
+from collections import deque
+from typing import Optional
+
+from batch import EngineCall, SchedulerOutput, StepResult
+from request import Request, RequestStatus
+from scheduler import Scheduler
+
+
+class BatchQueue:
+    """vLLM's batch queue of depth 2: each pass schedules a batch, then reads the output of the
+    batch before it (waiting for it to end). Only the first pass after idle reads nothing."""
+
+    def __init__(self, scheduler: "AsyncScheduler", clock):
+        self.scheduler = scheduler
+        self.clock = clock
+        self.in_flight: Optional[tuple[SchedulerOutput, float]] = None  # (batch, its end)
+        self.gpu_free_s = 0.0
+
+    def step(self, now_s: float) -> EngineCall:
+        scheduler = self.scheduler
+        if self.in_flight is not None and not scheduler.has_unfinished_requests():
+            scheduler.update_from_output(self.in_flight[0], now_s)  # it holds nobody
+            self.in_flight = None
+        batch = scheduler.schedule(now_s)
+        reserved, used = scheduler.kv_cache.num_reserved_slots, scheduler.kv_cache.num_used_slots
+        if batch.is_empty and self.in_flight is None:  # idle: nothing runs, nothing to read
+            scheduler.update_from_output(batch, now_s)
+            return EngineCall(batch, StepResult(), now_s, 0.0, now_s, reserved, used, ran=False)
+        step_s = 0.0 if batch.is_empty else self.clock.step_time_s(batch)
+        start_s = max(now_s, self.gpu_free_s)
+        self.gpu_free_s = start_s + step_s
+        previous, self.in_flight = self.in_flight, (batch, self.gpu_free_s)
+        if previous is None:  # nothing to read yet: schedule the next batch at once
+            return EngineCall(batch, StepResult(), start_s, step_s, now_s, reserved, used)
+        previous_batch, previous_end_s = previous
+        now_s = max(now_s, previous_end_s)
+        result = scheduler.update_from_output(previous_batch, now_s)
+        return EngineCall(batch, result, start_s, step_s, now_s, reserved, used)
+
+
+class AsyncScheduler(Scheduler):
+    """vLLM V1's scheduler, scheduling with the outputs in flight as placeholders.
+
+    A request's computed tokens advance when it is scheduled (so that the next step, scheduled
+    before this one's output, asks only for what is left); a step that will sample for it adds
+    an output placeholder, which the output, when read, turns into its token.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.bulk_decodes = False  # the decode group advances at the output; here it may not
+        self._sampling: deque[list[Request]] = deque()  # per batch in flight: who samples
+
+    def schedule(self, now_s: float) -> SchedulerOutput:
+        output = super().schedule(now_s)
+        sampling = []
+        for scheduled in output.scheduled:  # vLLM's _update_after_schedule
+            request = scheduled.request
+            request.num_computed_tokens += scheduled.num_new_tokens
+            if not request.is_prefill_chunk:
+                request.num_output_placeholders += 1
+                sampling.append(request)
+        self._sampling.append(sampling)
+        return output
+
+    def _num_new_tokens(self, request: Request, token_budget: int) -> int:
+        """As in the synchronous scheduler, except that a request whose last token is in flight
+        gets nothing (it stays running until that token arrives)."""
+        if (request.num_output_placeholders
+                and request.num_computed_tokens + 2 - request.num_output_placeholders
+                >= request.prompt_len + request.max_tokens):
+            return 0
+        return super()._num_new_tokens(request, token_budget)
+
+    def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
+        """The output of a batch scheduled one pass ago: a token for each request that sampled,
+        also for one preempted since (a stale token: it counts, and may finish it waiting)."""
+        result = StepResult()
+        for request in self._sampling.popleft():
+            if request.status is RequestStatus.RUNNING:
+                request.num_output_placeholders -= 1
+                finished = result.sample(request, now_s, self.max_model_len)
+                self.kv_cache.cache_known_tokens(
+                    request, request.num_computed_tokens - request.num_output_placeholders)
+                if finished:
+                    self._free_finished(request)
+            elif result.sample(request, now_s, self.max_model_len):  # preempted meanwhile
+                self.waiting.remove(request)
+        return result
