@@ -78,10 +78,10 @@ def run_servesim(capsys, scenario: dict, tmp_path: Path, async_scheduling: bool)
     return code, err, steps
 
 
-def differences(ours: list[dict], scenario: dict) -> list[str]:
-    """Every step where servesim's step log and vLLM's record differ, as `step i: field`; empty
-    when they agree at every step (and have as many steps)."""
-    theirs = scenario["oracle_steps"]
+def differences(ours: list[dict], scenario: dict, recorded: str = "oracle_steps") -> list[str]:
+    """Every step where servesim's step log and vLLM's record (`scenario[recorded]`) differ, as
+    `step i: field`; empty when they agree at every step (and have as many steps)."""
+    theirs = scenario[recorded]
     caching = bool(scenario["config"].get("enable_prefix_caching"))
     found = [] if len(ours) == len(theirs) else [f"{len(ours)} steps, vLLM {len(theirs)}"]
     for index, (step, oracle) in enumerate(zip(ours, theirs)):

@@ -230,6 +230,7 @@ def config_from_args(args: argparse.Namespace,
 
     if "speculative_config" in values:
         values["speculative_config"] = speculative_config_from_args(args)
+        _check_async_scheduling_asked(args, values["speculative_config"])
     config = EngineConfig(**values)
     config.validate(name)
     return config, name
@@ -291,6 +292,18 @@ def _apply_chunked_prefill_flag(names: list[str], enabled: bool, explicit: bool)
     if wanted not in names and unwanted not in names:
         raise ConfigError(f"{flag} needs continuous or chunked in --mode")
     return [wanted if n == unwanted else n for n in names]
+
+
+def _check_async_scheduling_asked(args: argparse.Namespace, speculative) -> None:
+    """vLLM 0.30.0 refuses --async-scheduling given with n-gram drafts (found on the CPU after
+    each step's output, which async scheduling does not wait for); left to its default, it turns
+    async scheduling off for them instead (vllm/config/vllm.py)."""
+    given = getattr(args, "switches_given", {}).get("async_scheduling")
+    if given == "--async-scheduling" and speculative is not None and speculative.method == "ngram":
+        raise ConfigError("--async-scheduling with --speculative-config method ngram: vLLM "
+                          "refuses this (async scheduling takes EAGLE, MTP, draft-model or "
+                          "ngram_gpu drafts); leave the flag out (n-gram drafts are then "
+                          "scheduled synchronously) or use method ngram_gpu")
 
 
 def engine_from_args(args: argparse.Namespace, context, modes: list,
