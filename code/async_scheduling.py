@@ -100,7 +100,9 @@ class AsyncScheduler(Scheduler):
 
     def _num_new_tokens(self, request: Request, token_budget: int) -> int:
         """As in the synchronous scheduler, except that a request whose last token is in flight
-        gets nothing (it stays running until that token arrives)."""
+        gets nothing (it stays running until that token arrives): its computed tokens, plus the
+        token its latest step samples, minus the placeholders still to come, reach its final
+        length (vLLM's check at the top of the running loop, Scheduler.schedule)."""
         if (request.num_output_placeholders
                 and request.num_computed_tokens + 2 - request.num_output_placeholders
                 >= request.prompt_len + request.max_tokens):
@@ -108,8 +110,9 @@ class AsyncScheduler(Scheduler):
         return super()._num_new_tokens(request, token_budget)
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
-        """The output of a batch scheduled one pass ago: a token for each request that sampled,
-        also for one preempted since (a stale token: it counts, and may finish it waiting)."""
+        """The output of `output`, the oldest batch in flight (the queue reads them in order):
+        a token for each request that sampled, also for one preempted since (a stale token: it
+        counts, and may finish it while it waits)."""
         result = StepResult()
         for request in self._sampling.popleft():
             if request.status is RequestStatus.RUNNING:

@@ -123,8 +123,9 @@ class PagedKVCache:
 
     def _note_hashed_tokens(self, request_id: str, num_scheduled: int, num_known: int) -> None:
         """vLLM hashes a request's full blocks at allocation, up to the tokens known then: its
-        drafts (and, with async scheduling, the tokens steps in flight sample) are not known yet. The blocks the accepted ones fill wait for the next
-        allocation; if the request is preempted or finishes first, they are freed unhashed."""
+        drafts (and, with async scheduling, the tokens steps in flight sample) are not known
+        yet. The blocks the accepted ones fill wait for the next allocation; if the request is
+        preempted or finishes first, they are freed unhashed."""
         if num_scheduled > num_known:
             self._num_hashed_tokens[request_id] = num_known
         else:

@@ -22,9 +22,10 @@ Each step (`schedule`) decides, in this order:
 samples one output token; one that reached its output length (or `max_model_len`) finishes and
 returns its blocks in that same step.
 
-Speculative decoding (`speculation`, spec_decode.py) changes no rule, only what a decode asks
-for: the token it sampled plus the drafts proposed after it, cut to the budget and to
-`max_model_len`; its blocks also cover the proposer's lookahead slots; a draft model makes every
+Speculative decoding (`speculation`, spec_decode.py) changes what a decode asks for: the token
+it sampled plus the drafts proposed after it, cut to the budget and to `max_model_len`; its
+blocks also cover the proposer's lookahead slots; a newly admitted request with one token to
+compute is padded to 1 + k (`_padded_admission`); a draft model makes every
 scheduled request cost one more token of budget (vLLM 0.30.0's `input_budget`; 0.18.0 instead
 took `max_num_seqs` tokens off the budget up front). After the step the rejected drafts are
 given back (`_verify`) and the proposer drafts again for every request that sampled.
@@ -42,8 +43,10 @@ in bulk (`_schedule_running_in_bulk`, with the bookkeeping in running_decodes.py
 exactly what the rules would; otherwise it hands them back and follows the rules.
 
 Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
-place. Left out of vLLM: priorities, async scheduling, encoder inputs, LoRA, and the extra null
-block vLLM keeps in its pool.
+place. Async scheduling (vLLM 0.30.0's default) is a subclass that schedules with the outputs in
+flight as placeholders, in async_scheduling.py; this file is the synchronous scheduler it builds
+on. Left out of vLLM: priorities, encoder inputs, LoRA, and the extra null block vLLM keeps in
+its pool.
 """
 
 from collections import deque
