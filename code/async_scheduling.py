@@ -28,9 +28,13 @@ nothing; scheduling itself costs no time here (the CPU's time per step, and how 
 GPU's step hides, is the clock's business). So in steady state step n is scheduled when batch
 n - 2 ends, and the engine reads a batch's output when it ends.
 
+With speculative decoding the placeholders cover the drafts too: a step that verifies k drafts
+holds 1 + k placeholders, as if all were accepted, and the next step verifies k placeholder drafts
+(the GPU proposes them; the CPU never sees them); the rejected ones are taken back when the output
+is read, a step later. So a request's last step may run after all: its finish was not sure.
+
 `AsyncScheduler` is vLLM's scheduler with placeholders; `BatchQueue` is the engine's queue of
-two batches, in place of main.py's `SyncSteps` (the mode chooses, modes.py). Speculative decoding
-is scheduled synchronously here (modes.py says why).
+two batches, in place of main.py's `SyncSteps` (the mode chooses, modes.py).
 """
 
 from collections import deque
@@ -93,8 +97,11 @@ class AsyncScheduler(Scheduler):
             request = scheduled.request
             request.num_computed_tokens += scheduled.num_new_tokens
             if not request.is_prefill_chunk:
-                request.num_output_placeholders += 1
-                sampling.append(request)
+                # its token and its drafts, should all be accepted; and k placeholder drafts
+                # for its next step (the GPU proposes them; the CPU never sees them)
+                request.num_output_placeholders += 1 + scheduled.num_draft_tokens
+                request.num_draft_tokens = self.speculation.num_speculative_tokens
+                sampling.append(scheduled)
         self._sampling.append(sampling)
         return output
 
@@ -114,14 +121,38 @@ class AsyncScheduler(Scheduler):
         a token for each request that sampled, also for one preempted since (a stale token: it
         counts, and may finish it while it waits)."""
         result = StepResult()
-        for request in self._sampling.popleft():
-            if request.status is RequestStatus.RUNNING:
-                request.num_output_placeholders -= 1
-                finished = result.sample(request, now_s, self.max_model_len)
-                self.kv_cache.cache_known_tokens(
-                    request, request.num_computed_tokens - request.num_output_placeholders)
+        for scheduled in self._sampling.popleft():
+            request = scheduled.request
+            if request.is_finished:  # its last token came in the batch before: nothing to add
+                continue
+            running = request.status is RequestStatus.RUNNING
+            num_tokens = 1 + self._accepted(scheduled, result, rolls_back=running)
+            num_tokens = min(num_tokens, request.max_tokens - request.num_output_tokens)
+            finished = result.sample(request, now_s, self.max_model_len, num_tokens)
+            if not running:  # preempted meanwhile: a stale token, which may finish it waiting
                 if finished:
-                    self._free_finished(request)
-            elif result.sample(request, now_s, self.max_model_len):  # preempted meanwhile
-                self.waiting.remove(request)
+                    self.waiting.remove(request)
+                continue
+            request.num_output_placeholders -= num_tokens
+            self.kv_cache.cache_known_tokens(
+                request, request.num_computed_tokens - request.num_output_placeholders)
+            if finished:
+                self._free_finished(request)
         return result
+
+    def _accepted(self, scheduled, result: StepResult, rolls_back: bool) -> int:
+        """How many of the drafts the step verified the target accepted; the rejected ones are
+        taken back from the computed tokens and the placeholders (not for a stale output: the
+        preemption reset both already)."""
+        num_drafts = scheduled.num_draft_tokens
+        if not num_drafts:
+            return 0
+        request = scheduled.request
+        num_accepted = 0 if scheduled.padded else self.speculation.num_accepted(num_drafts)
+        result.verified.append((request, num_drafts, num_accepted))
+        if rolls_back:
+            num_rejected = num_drafts - num_accepted
+            request.num_computed_tokens -= num_rejected
+            request.num_output_placeholders -= num_rejected
+            self.kv_cache.drop_rejected_drafts(num_rejected)
+        return num_accepted

@@ -74,10 +74,10 @@ class ContinuousMode:
         return config.enable_prefix_caching
 
     def uses_async_scheduling(self, config: EngineConfig) -> bool:
-        """--async-scheduling (async_scheduling.py), except with speculative decoding: vLLM
-        0.30.0 turns it off for n-gram drafts; for EAGLE and draft models it schedules
-        placeholder drafts, which servesim does not model, so those run synchronously too."""
-        return config.async_scheduling and config.speculative_config is None
+        """--async-scheduling (async_scheduling.py), except with n-gram drafts found on the
+        CPU, for which vLLM 0.30.0 turns it off (vllm/config/vllm.py)."""
+        speculative = config.speculative_config
+        return config.async_scheduling and (speculative is None or speculative.method != "ngram")
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
                        acceptance_rng: random.Random) -> Scheduler:

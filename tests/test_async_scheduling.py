@@ -53,14 +53,27 @@ def test_the_next_batch_is_scheduled_before_the_previous_output_so_an_arrival_wa
     assert async_[1]["time_s"] == pytest.approx(async_[0]["step_ms"] / 1000, abs=1e-6)
 
 
-def test_servesims_own_modes_and_speculative_decoding_run_one_step_at_a_time(capsys, tmp_path):
+def test_servesims_own_modes_run_one_step_at_a_time_whatever_the_flag(capsys, tmp_path):
     rows = ["a,0.0,300,6", "b,0.001,40,9", "c,0.002,900,3"]
-    for flags in (("--mode", "naive"), ("--mode", "static"),
-                  ("--mode", "chunked", "--speculative-config",
-                   '{"method": "draft_model", "model": "llama-3.2-1b", '
-                   '"num_speculative_tokens": 3}', "--model", "llama-3.1-8b")):
-        assert (step_log(capsys, tmp_path, rows, *flags, "--async-scheduling")
-                == step_log(capsys, tmp_path, rows, *flags, "--no-async-scheduling")), flags
+    for mode in ("naive", "static"):
+        assert (step_log(capsys, tmp_path, rows, "--mode", mode, "--async-scheduling")
+                == step_log(capsys, tmp_path, rows, "--mode", mode, "--no-async-scheduling"))
+
+
+NGRAM = ('{"method": "ngram", "num_speculative_tokens": 3}', "--spec-acceptance-rate", "0.6")
+DRAFT_MODEL = ('{"method": "draft_model", "model": "llama-3.2-1b", "num_speculative_tokens": 3}',
+               "--model", "llama-3.1-8b")
+
+
+def test_ngram_drafts_are_scheduled_synchronously_as_vllm_does_by_default(capsys, tmp_path):
+    rows = ["a,0.0,300,6", "b,0.001,40,9", "c,0.002,900,3"]
+    spec = ("--mode", "chunked", "--speculative-config", *NGRAM)
+    assert (step_log(capsys, tmp_path, rows, *spec)
+            == step_log(capsys, tmp_path, rows, *spec, "--no-async-scheduling"))
+    draft = ("--mode", "chunked", "--speculative-config", *DRAFT_MODEL)  # async: finishes later
+    async_, sync = (step_log(capsys, tmp_path, rows, *draft),
+                    step_log(capsys, tmp_path, rows, *draft, "--no-async-scheduling"))
+    assert all(step > finish_steps(sync)[r] for r, step in finish_steps(async_).items())
 
 
 def test_async_scheduling_is_on_by_default_in_the_continuous_modes(capsys, tmp_path):
