@@ -4,7 +4,8 @@ tests/data/async_oracle/README.md says how each was recorded: vLLM's AsyncSchedu
 its EngineCore drives it, a batch queue of depth 2. Each step is one schedule() call: the tokens
 it scheduled, who it preempted, and the output read in the same pass (the batch before it):
 who finished, the free blocks after. Some scenarios also keep what vLLM's synchronous Scheduler
-decided on the same workload, which servesim with --no-async-scheduling must match.
+decided on the same workload, which servesim with --no-async-scheduling must match; the
+`spec_*` ones speculate (placeholder drafts, rolled back a step later).
 """
 
 import json
@@ -46,6 +47,9 @@ def test_the_recorded_scenarios_cover_what_async_changes():
     assert any(s["config"]["enable_prefix_caching"] for s in recorded)
     assert any(s["config"]["enable_chunked_prefill"] for s in recorded)
     assert any(not s["config"]["enable_chunked_prefill"] for s in recorded)
+    speculating = [s for s in recorded if s["config"].get("speculative")]
+    assert {s["config"]["speculative"]["method"] for s in speculating} == {"eagle3", "draft_model"}
+    assert any(step["preempted"] for s in speculating for step in s["oracle_steps"])
     # A request preempted while its last token was in flight finishes while it waits: it is
     # reported finished without being scheduled in that step or the one before.
     finished_waiting = [
