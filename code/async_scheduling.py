@@ -1,4 +1,4 @@
-"""Async scheduling: the CPU schedules step n+1 while the GPU still runs step n (vLLM 0.30.0's default).
+"""Async scheduling: the CPU schedules step n+1 while the GPU runs step n (vLLM 0.30.0's default).
 
 With synchronous scheduling the engine does one thing at a time: schedule a step, run it, read
 its output, schedule the next. The GPU waits while the CPU schedules. vLLM 0.30.0's engine keeps

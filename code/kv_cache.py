@@ -57,8 +57,8 @@ class PagedKVCache:
         self.block_tables: dict[str, list[int]] = {}
         self.num_empty_slots = 0  # in held blocks, slots holding no token (the requests' tails)
         self._num_registered: dict[str, int] = {}  # request id -> its leading blocks cached so far
-        self._num_hashed_tokens: dict[str, int] = {}  # request id -> tokens vLLM hashed, when its
-        #                                  latest allocation held drafts (accepted ones past it wait)
+        self._num_hashed_tokens: dict[str, int] = {}  # request id -> tokens vLLM hashed, when
+        #                     its latest allocation held drafts (accepted ones past it wait)
         self._num_own_contents = 0  # content ids handed out to requests whose tokens are their own
 
     @property
