@@ -28,6 +28,8 @@ class ScheduledRequest:
     num_new_tokens: int       # tokens computed for this request in this step (drafts included)
     num_context_tokens: int   # tokens already in its KV cache, which the new ones attend to
     num_draft_tokens: int = 0  # of the new tokens, drafts to verify (speculative decoding)
+    padded: bool = False       # its drafts are placeholders padding a one-token admission to
+    #                            1 + k tokens (vLLM 0.30.0): the sampler rejects them all
 
     @property
     def is_decode(self) -> bool:
@@ -92,8 +94,9 @@ class SchedulerOutput:
         return len(self.scheduled) + self.num_bulk_decodes
 
     def add(self, request: Request, num_new_tokens: int, num_context_tokens: int,
-            num_draft_tokens: int = 0) -> None:
-        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens, num_draft_tokens)
+            num_draft_tokens: int = 0, padded: bool = False) -> None:
+        scheduled = ScheduledRequest(request, num_new_tokens, num_context_tokens, num_draft_tokens,
+                                     padded)
         self.scheduled.append(scheduled)
         self.num_scheduled_tokens += num_new_tokens
         self.num_context_tokens += num_context_tokens
@@ -208,6 +211,21 @@ class BatchScheduler(Protocol):
 
     def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
         """The engine ran the first len(step_ends_s) steps of `run`, ending at those times."""
+
+
+@dataclass
+class EngineCall:
+    """One pass of the engine loop (main.simulate): the batch it scheduled, and the output it
+    read: the same batch's with synchronous scheduling, the previous one's with async
+    scheduling (async_scheduling.py)."""
+    batch: SchedulerOutput
+    result: StepResult       # the output read in this pass
+    start_s: float           # when the batch began on the GPU
+    step_s: float            # the batch's GPU time
+    now_s: float             # the clock when the pass is over
+    kv_reserved_slots: int   # while the batch ran
+    kv_used_slots: int
+    ran: bool = True         # False: nothing scheduled and nothing in flight (idle)
 
 
 @dataclass

@@ -225,8 +225,10 @@ class EngineConfig:
     forward_model: str = "roofline"     # "roofline" (honest) or "linear" (the lesson toy's clock)
     vllm_version: str = DEFAULT_VERSION  # whose CPU work per step the clock adds
     #                                     (engine_overhead.py): "0.6" (V0), "0.18.0", "0.30.0"
-    async_scheduling: bool = True       # the CPU's work for step n+1 overlaps step n on the GPU
-    #                                     (vLLM 0.30.0's default; --no-async-scheduling: sync)
+    async_scheduling: bool = True       # step n+1 scheduled before step n's output is known
+    #                                     (async_scheduling.py; the continuous modes only), and
+    #                                     the CPU's work for it overlapping step n on the GPU
+    #                                     (engine_overhead.py); vLLM 0.30.0's default
     linear_step_ms: float = 0.2         # linear clock: fixed cost per step (the toy's constant)
     linear_prefill_token_ms: float = 0.04  # linear clock: per prompt token in the step
     linear_decode_token_ms: float = 0.5    # linear clock: per decode token in the step
@@ -387,12 +389,26 @@ def _check_expert_parallel(config: EngineConfig, name: Callable[[str], str]) -> 
 
 def _check_long_prefill_threshold(config: EngineConfig, name: Callable[[str], str]) -> None:
     """`SchedulerConfig.verify_max_model_len` (vllm/config/scheduler.py, 0.30.0). vLLM 0.18.0
-    made this check only with --max-num-partial-prefills above 1, which servesim does not have."""
+    made this check only with --max-num-partial-prefills above 1, which servesim does not have.
+    With speculative decoding, a threshold below 1 + k is refused too: vLLM 0.30.0 starts with
+    it, but the first admission it pads to 1 + k (scheduler.py) trips `assert num_new_tokens ==
+    1 + self.num_spec_tokens`; which workloads admit no such request is luck, so servesim
+    refuses the combination outright."""
     if config.long_prefill_token_threshold > config.max_model_len:
         raise ConfigError(
             f"{name('long_prefill_token_threshold')} {config.long_prefill_token_threshold} is "
             f"above {name('max_model_len')} {config.max_model_len} (vLLM refuses this); give at "
             f"most {config.max_model_len}, or 0 to turn the cap off")
+    speculative = config.speculative_config
+    if speculative is not None and 0 < config.long_prefill_token_threshold <= (
+            speculative.num_speculative_tokens):
+        padded = 1 + speculative.num_speculative_tokens
+        raise ConfigError(
+            f"{name('long_prefill_token_threshold')} {config.long_prefill_token_threshold} is "
+            f"below 1 + k = {padded} with --speculative-config: vLLM 0.30.0 pads a request "
+            f"admitted with one token to compute to {padded} tokens, then cuts it to the "
+            f"threshold and fails its own assertion (it cannot run this); give 0 or at least "
+            f"{padded}")
 
 
 def _check_async_scheduling_exists(config: EngineConfig, name: Callable[[str], str]) -> None:

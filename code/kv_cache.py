@@ -57,6 +57,8 @@ class PagedKVCache:
         self.block_tables: dict[str, list[int]] = {}
         self.num_empty_slots = 0  # in held blocks, slots holding no token (the requests' tails)
         self._num_registered: dict[str, int] = {}  # request id -> its leading blocks cached so far
+        self._num_hashed_tokens: dict[str, int] = {}  # request id -> tokens vLLM hashed, when
+        #                     its latest allocation held drafts (accepted ones past it wait)
         self._num_own_contents = 0  # content ids handed out to requests whose tokens are their own
 
     @property
@@ -101,9 +103,33 @@ class PagedKVCache:
             self.block_tables.setdefault(request_id, []).extend(self.pool.take(num_new_blocks))
         self.num_empty_slots += num_new_blocks * self.block_size - num_new_tokens
         if self.enable_prefix_caching:
-            self._register_shared_blocks(request, min(num_computed + num_new_tokens,
-                                                      request.num_tokens))
+            num_known = min(num_computed + num_new_tokens, request.num_tokens)
+            self._register_shared_blocks(request, num_known)
+            self._note_hashed_tokens(request_id, num_computed + num_new_tokens, num_known)
         return True
+
+    def cache_known_tokens(self, request: Request, num_known: int) -> None:
+        """Async scheduling: the request's output arrived, so its first `num_known` tokens are
+        known now; vLLM hashes their full blocks at once (AsyncScheduler's
+        `_update_request_with_output`), not at the next allocation."""
+        if not self.enable_prefix_caching:
+            return
+        self._register_shared_blocks(request, num_known)
+        request_id = request.request_id
+        num_hashed = self._num_hashed_tokens.get(request_id)
+        if num_hashed is not None:
+            self._note_hashed_tokens(request_id, request.num_computed_tokens,
+                                     max(num_hashed, num_known))
+
+    def _note_hashed_tokens(self, request_id: str, num_scheduled: int, num_known: int) -> None:
+        """vLLM hashes a request's full blocks at allocation, up to the tokens known then: its
+        drafts (and, with async scheduling, the tokens steps in flight sample) are not known
+        yet. The blocks the accepted ones fill wait for the next allocation; if the request is
+        preempted or finishes first, they are freed unhashed."""
+        if num_scheduled > num_known:
+            self._num_hashed_tokens[request_id] = num_known
+        else:
+            self._num_hashed_tokens.pop(request_id, None)
 
     def append_blocks(self, request_ids: list[str]) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
@@ -126,10 +152,14 @@ class PagedKVCache:
     def free(self, request: Request, preempted: bool = False) -> None:
         """Return every block of the request to the pool (it finished or was preempted). Its full
         blocks keep their cache entries until handed out again; a preempted request's own ones
-        are registered now, so that it can find them when it comes back."""
+        are registered now, so that it can find them when it comes back. Full blocks vLLM had
+        not hashed yet (filled by accepted drafts since the latest allocation) have no entry:
+        they go to the front of the free queue, as blocks that were never full do."""
         block_ids = self.block_tables.pop(request.request_id, [])
-        num_full_blocks = request.num_computed_tokens // self.block_size
         self.num_empty_slots -= len(block_ids) * self.block_size - request.num_computed_tokens
+        num_hashed = self._num_hashed_tokens.pop(request.request_id, request.num_computed_tokens)
+        num_hashed = min(num_hashed, request.num_computed_tokens)
+        num_full_blocks = num_hashed // self.block_size  # with a hash: they go to the back
         num_registered = self._num_registered.pop(request.request_id, 0)
         if not self.enable_prefix_caching:
             num_full_blocks = 0  # no block holds a cache entry

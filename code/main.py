@@ -8,9 +8,9 @@ One engine loop (`simulate`, below) serves a stream of requests in any of four m
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch
 on the virtual clock, advance the clock, apply the step. Then read, one lesson concept a file:
 
-    request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py  config.py
-    spec_decode.py  forward_model.py  gpu_memory.py  presets.py  workload.py  arrivals.py
-    metrics.py  goodput.py
+    request.py  kv_cache.py  block_pool.py  batch.py  scheduler.py  async_scheduling.py
+    static_batching.py  modes.py  config.py  spec_decode.py  forward_model.py  gpu_memory.py
+    presets.py  workload.py  arrivals.py  metrics.py  goodput.py
     running_decodes.py (speed only: the bookkeeping that lets a step cost what changes in it)
 
 The shell around the engine (commands, reports, trace formats) lives in code/commands,
@@ -35,7 +35,8 @@ BLOCK_SIZE = 16                # tokens per KV block (--block-size): 1, 2, 4, 8 
 MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATIC's batch size
 # ─────────────────────────────────────────────────────────────────────────────────────────────
 
-from batch import BatchScheduler, EngineStep, SchedulerOutput, StepResult  # noqa: E402
+from async_scheduling import BatchQueue  # noqa: E402
+from batch import BatchScheduler, EngineCall, EngineStep, SchedulerOutput, StepResult  # noqa: E402
 from config import Knobs  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
 
@@ -51,6 +52,7 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
     scheduler.bulk_decodes = scheduler.bulk_decodes and not any(needs_every_request(observe)
                                                                 for observe in observers)
     kv_cache = scheduler.kv_cache
+    steps = (BatchQueue if mode.uses_async_scheduling(config) else SyncSteps)(scheduler, clock)
     arrivals = workload.arrivals()
     recorder = RunRecorder(kv_cache.num_total_slots, mode.caches_prefixes(config))
     clock_s = 0.0
@@ -63,24 +65,43 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
         if repeated_until_s is not None:
             clock_s = repeated_until_s
             continue
-        batch = scheduler.schedule(clock_s)                   # who runs, how many tokens each
-        if batch.is_empty:
+        call = steps.step(clock_s)               # schedule a batch, run it, read an output
+        batch, result, step_s = call.batch, call.result, call.step_s
+        if not call.ran:
             if not batch.preempted:                           # idle: jump to the next event
                 clock_s = next_event_s(arrivals, scheduler, clock_s)
             continue
-        step_s = clock.step_time_s(batch)                     # price it on the virtual clock
-        reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
-        clock_s += step_s
-        result = scheduler.update_from_output(batch, clock_s)  # tokens out, finished freed
+        reserved, used = call.kv_reserved_slots, call.kv_used_slots
+        clock_s = call.now_s
         arrivals.on_finished(len(result.finished), clock_s)
-        recorder.on_step(step_s, batch, result, reserved, used, start_s=clock_s - step_s,
+        recorder.on_step(step_s, batch, result, reserved, used, start_s=call.start_s,
                          num_waiting=len(scheduler.waiting))
         for observe in observers:
-            observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
+            observe(EngineStep(recorder.num_steps - 1, call.start_s, step_s, batch, result,
                                len(scheduler.running), len(scheduler.waiting),
                                scheduler.num_free_blocks, reserved, used, kv_cache.block_tables))
         if progress:
             progress(recorder, clock_s)
+
+
+class SyncSteps:
+    """Synchronous scheduling, the lesson's loop body: schedule a batch (who runs, how many
+    tokens each), price it on the virtual clock, advance the clock, apply it (tokens out,
+    finished requests freed). async_scheduling.BatchQueue is the other way."""
+
+    def __init__(self, scheduler: BatchScheduler, clock):
+        self.scheduler = scheduler
+        self.clock = clock
+
+    def step(self, now_s: float) -> EngineCall:
+        scheduler, kv_cache = self.scheduler, self.scheduler.kv_cache
+        batch = scheduler.schedule(now_s)
+        reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
+        if batch.is_empty:
+            return EngineCall(batch, StepResult(), now_s, 0.0, now_s, reserved, used, ran=False)
+        step_s = self.clock.step_time_s(batch)
+        result = scheduler.update_from_output(batch, now_s + step_s)
+        return EngineCall(batch, result, now_s, step_s, now_s + step_s, reserved, used)
 
 
 def repeat_identical_decode_steps(scheduler: BatchScheduler, clock, recorder, arrivals,

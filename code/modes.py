@@ -11,6 +11,7 @@ calls `make_scheduler` and never asks a mode's name.
 
 import random
 
+from async_scheduling import AsyncScheduler
 from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
 from scheduler import Scheduler
@@ -41,6 +42,11 @@ class StaticMode:
         """Contiguous reservations predate prefix caching: never."""
         return False
 
+    def uses_async_scheduling(self, config: EngineConfig) -> bool:
+        """servesim's own modes, which vLLM never ran: one step at a time, whatever
+        --async-scheduling says."""
+        return False
+
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
                        acceptance_rng: random.Random) -> StaticBatchScheduler:
         kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
@@ -69,14 +75,23 @@ class ContinuousMode:
     def caches_prefixes(self, config: EngineConfig) -> bool:
         return config.enable_prefix_caching
 
+    def uses_async_scheduling(self, config: EngineConfig) -> bool:
+        """--async-scheduling (async_scheduling.py), except with n-gram drafts found on the
+        CPU, for which vLLM 0.30.0 turns it off (vllm/config/vllm.py)."""
+        speculative = config.speculative_config
+        return config.async_scheduling and (speculative is None or speculative.method != "ngram")
+
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
-                       acceptance_rng: random.Random, scheduler_class=Scheduler) -> Scheduler:
+                       acceptance_rng: random.Random, scheduler_class=None) -> Scheduler:
         """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate);
-        `scheduler_class` may be a subclass that watches the rules (reports/explain.py)."""
+        `scheduler_class` may be a subclass of the synchronous Scheduler that watches its
+        rules (reports/explain.py); by default the config's: AsyncScheduler or Scheduler."""
         speculative = config.speculative_config
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
         kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
                                 drop_last_hit=speculative is not None and speculative.uses_eagle)
+        if scheduler_class is None:
+            scheduler_class = AsyncScheduler if self.uses_async_scheduling(config) else Scheduler
         return scheduler_class(
             kv_cache,
             max_num_seqs=config.max_num_seqs,

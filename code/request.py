@@ -129,6 +129,10 @@ class Request:
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     num_draft_tokens: int = 0  # drafts proposed for its next step (speculative decoding only)
+    is_prefill_chunk: bool = False  # its latest step computed part of its sequence and sampled
+    #                                 nothing (vLLM's flag, read by the one-token padding)
+    num_output_placeholders: int = 0  # async scheduling: tokens sampled by steps still in
+    #                                   flight, not known yet (async_scheduling.py)
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0  # tokens whose KV a preemption threw away: computed again
     num_lost_tokens: int = 0  # of them, those its latest preemption threw away
@@ -149,8 +153,10 @@ class Request:
     @property
     def num_tokens_to_compute(self) -> int:
         """Tokens the cache is missing: the rest of the prompt, or 1 for a decode (plus its
-        drafts: vLLM's num_tokens_with_spec - num_computed_tokens)."""
-        return self.num_tokens + self.num_draft_tokens - self.num_computed_tokens
+        drafts, and the tokens steps in flight are sampling: vLLM's num_tokens_with_spec +
+        num_output_placeholders - num_computed_tokens)."""
+        return (self.num_tokens + self.num_draft_tokens + self.num_output_placeholders
+                - self.num_computed_tokens)
 
     @property
     def is_finished(self) -> bool:
@@ -174,6 +180,7 @@ class Request:
         self.num_lost_tokens = self.num_computed_tokens
         self.num_computed_tokens = 0
         self.num_draft_tokens = 0  # drafted from KV that is gone
+        self.num_output_placeholders = 0  # a token still in flight arrives all the same (stale)
         self.num_preemptions += 1
 
     def found_cached(self, num_cached_tokens: int) -> None:
@@ -184,7 +191,9 @@ class Request:
         self.num_lost_tokens = 0
 
     def finish(self) -> None:
-        assert self.status is RequestStatus.RUNNING, self.status
+        """Its last token came. Async scheduling: it may come to a request preempted while the
+        step sampling it was in flight: it then finishes while waiting."""
+        assert self.status in (RequestStatus.RUNNING, RequestStatus.PREEMPTED), self.status
         self.status = RequestStatus.FINISHED
 
     def reject(self, reason: str) -> None:

@@ -22,9 +22,10 @@ Each step (`schedule`) decides, in this order:
 samples one output token; one that reached its output length (or `max_model_len`) finishes and
 returns its blocks in that same step.
 
-Speculative decoding (`speculation`, spec_decode.py) changes no rule, only what a decode asks
-for: the token it sampled plus the drafts proposed after it, cut to the budget and to
-`max_model_len`; its blocks also cover the proposer's lookahead slots; a draft model makes every
+Speculative decoding (`speculation`, spec_decode.py) changes what a decode asks for: the token
+it sampled plus the drafts proposed after it, cut to the budget and to `max_model_len`; its
+blocks also cover the proposer's lookahead slots; a newly admitted request with one token to
+compute is padded to 1 + k (`_padded_admission`); a draft model makes every
 scheduled request cost one more token of budget (vLLM 0.30.0's `input_budget`; 0.18.0 instead
 took `max_num_seqs` tokens off the budget up front). After the step the rejected drafts are
 given back (`_verify`) and the proposer drafts again for every request that sampled.
@@ -42,8 +43,10 @@ in bulk (`_schedule_running_in_bulk`, with the bookkeeping in running_decodes.py
 exactly what the rules would; otherwise it hands them back and follows the rules.
 
 Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
-place. Left out of vLLM: priorities, async scheduling, encoder inputs, LoRA, and the extra null
-block vLLM keeps in its pool.
+place. Async scheduling (vLLM 0.30.0's default) is a subclass that schedules with the outputs in
+flight as placeholders, in async_scheduling.py; this file is the synchronous scheduler it builds
+on. Left out of vLLM: priorities, encoder inputs, LoRA, and the extra null block vLLM keeps in
+its pool.
 """
 
 from collections import deque
@@ -108,17 +111,20 @@ class Scheduler:
             first = len(self.decodes)
         else:
             self.decodes.release_all()  # every request by the rules, this step
-        token_budget = self._schedule_running(output, token_budget, first)
+        token_budget, prefill_scheduled = self._schedule_running(output, token_budget, first)
         if not output.preempted:
-            self._schedule_waiting(output, token_budget)
+            self._schedule_waiting(output, token_budget, prefill_scheduled)
         elif self.waiting:
             output.admission_limit = AdmissionLimit.KV_BLOCKS  # the pool ran out this step
         return output
 
-    def _schedule_running(self, output: SchedulerOutput, token_budget: int, first: int) -> int:
+    def _schedule_running(self, output: SchedulerOutput, token_budget: int,
+                          first: int) -> tuple[int, bool]:
         """RUNNING in admission order from index `first` (the decodes before it were scheduled
-        in bulk, one token each, by `_schedule_decodes_in_bulk`)."""
+        in bulk, one token each, by `_schedule_decodes_in_bulk`). Returns the budget left, and
+        whether a request whose previous step was a prompt chunk was scheduled."""
         index, draft_slots = first, self.speculation.num_draft_slots
+        prefill_scheduled = False
         while index < len(self.running) and token_budget > draft_slots:
             request = self.running[index]
             num_new_tokens = self._num_new_tokens(request, token_budget - draft_slots)
@@ -129,9 +135,12 @@ class Scheduler:
                 break  # it preempted itself: the pool cannot hold even the oldest requests
             output.add(request, num_new_tokens, request.num_computed_tokens,
                        self._take_drafts(request, num_new_tokens))
+            prefill_scheduled |= request.is_prefill_chunk  # as its previous step left it
+            request.is_prefill_chunk = (request.num_computed_tokens + num_new_tokens
+                                        < request.num_tokens + request.num_output_placeholders)
             token_budget -= num_new_tokens + draft_slots
             index += 1
-        return token_budget
+        return token_budget, prefill_scheduled
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int,
                              output: SchedulerOutput) -> bool:
@@ -154,10 +163,13 @@ class Scheduler:
         request.preempt()
         self.waiting.appendleft(request)
 
-    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int) -> None:
+    def _schedule_waiting(self, output: SchedulerOutput, token_budget: int,
+                          prefill_scheduled: bool = False) -> None:
         """WAITING in order while the head fits; `output.admission_limit` says what kept out the
-        first one that did not (FCFS: nobody overtakes it)."""
+        first one that did not (FCFS: nobody overtakes it). `prefill_scheduled`: a running
+        prompt chunk is in the step (then nobody is padded, see `_padded_admission`)."""
         draft_slots = self.speculation.num_draft_slots
+        running_scheduled = not output.is_empty
         while self.waiting:
             limit = self._batch_limit(token_budget - draft_slots)
             if limit is not None:
@@ -165,13 +177,19 @@ class Scheduler:
                 return
             request = self.waiting[0]
             cached_blocks = self.kv_cache.find_cached_prefix(request)  # prefix caching
+            num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
+            num_padded = self._padded_admission(request, num_cached_tokens, prefill_scheduled,
+                                                running_scheduled)
+            if num_padded > token_budget - draft_slots:
+                output.admission_limit = AdmissionLimit.TOKEN_BUDGET  # vLLM would rather admit
+                return                                                # nobody than unpadded
             limit = self._head_limit(request, token_budget - draft_slots, cached_blocks)
             if limit is not None:
                 output.admission_limit = limit
                 return
-            num_cached_tokens = len(cached_blocks) * self.kv_cache.block_size
-            num_new_tokens = min(self._cap_long_prefill(request.num_tokens - num_cached_tokens),
-                                 token_budget - draft_slots)
+            num_new_tokens = num_padded or min(
+                self._cap_long_prefill(request.num_tokens - num_cached_tokens),
+                token_budget - draft_slots)
             lookahead = self._num_lookahead_tokens(num_cached_tokens + num_new_tokens)
             if lookahead and not self.kv_cache.can_fit(
                     request.request_id, num_cached_tokens + num_new_tokens + lookahead,
@@ -186,12 +204,33 @@ class Scheduler:
             self.running.append(request)
             self._admission_order[request] = self._num_admitted
             self._num_admitted += 1
-            output.add(request, num_new_tokens, num_cached_tokens)
+            num_placeholders = num_padded and self.speculation.num_speculative_tokens
+            output.add(request, num_new_tokens, num_cached_tokens, num_placeholders,
+                       padded=bool(num_padded))
+            request.is_prefill_chunk = num_cached_tokens + num_new_tokens < request.num_tokens
             if self.kv_cache.enable_prefix_caching:
                 output.prefix_lookups.append(PrefixLookup(
                     request.request_id, request.num_tokens, num_cached_tokens,
                     resumed=request.num_preemptions > 0))
             token_budget -= num_new_tokens + draft_slots
+
+    def _padded_admission(self, request: Request, num_cached_tokens: int,
+                          prefill_scheduled: bool, running_scheduled: bool) -> int:
+        """vLLM 0.30.0 pads a newly admitted request that would compute exactly one token (a
+        one-token prompt, or all but one token found cached) to 1 + k tokens, with k placeholder
+        drafts the sampler always rejects, so that every request of the step has the same
+        1 + k shape and the step runs as one CUDA graph. Only when the step is otherwise such a
+        decode step (no running prompt chunk; a running request scheduled, or tokens found
+        cached) and the padded tokens leave room under max_model_len for the sampled one.
+        Returns 1 + k for a padded admission, else 0 (Scheduler.schedule, the "pad" branch)."""
+        k = self.speculation.num_speculative_tokens
+        if not k or request.num_tokens - num_cached_tokens != 1 or prefill_scheduled:
+            return 0
+        if not (running_scheduled or num_cached_tokens):
+            return 0
+        if num_cached_tokens + 1 + k + 1 > self.max_model_len:
+            return 0
+        return 1 + k
 
     def _batch_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
         """Is the batch full, whoever waits: the token budget spent, or max_num_seqs running?"""
@@ -236,7 +275,8 @@ class Scheduler:
         """How many of the request's drafts the step verifies: those that fit into its new
         tokens (the budget or max_model_len may cut them). The rest are dropped: the proposer
         drafts afresh after the step."""
-        num_drafts = max(0, request.num_computed_tokens + num_new_tokens - request.num_tokens)
+        num_drafts = max(0, request.num_computed_tokens + num_new_tokens - request.num_tokens
+                         - request.num_output_placeholders)
         request.num_draft_tokens = 0
         return num_drafts
 
@@ -378,7 +418,8 @@ class Scheduler:
             if request.num_computed_tokens < request.num_tokens:
                 continue  # a prompt chunk: the model samples nothing until the prompt is done
             if scheduled.num_draft_tokens:
-                finished = self._verify(request, scheduled.num_draft_tokens, result, now_s)
+                finished = self._verify(request, scheduled.num_draft_tokens, result, now_s,
+                                        scheduled.padded)
             else:
                 finished = result.sample(request, now_s, self.max_model_len)
             if finished:
@@ -390,12 +431,13 @@ class Scheduler:
         return result
 
     def _verify(self, request: Request, num_drafts: int, result: StepResult,
-                now_s: float) -> bool:
+                now_s: float, padded: bool = False) -> bool:
         """The target checked `num_drafts` drafts: it keeps the accepted ones and its own next
         token, and takes the rejected ones back from `num_computed_tokens` (vLLM's
         update_from_output). Accepted tokens past the request's output length are dropped, as
-        vLLM's stop check drops them. Returns whether the request finished."""
-        num_accepted = self.speculation.num_accepted(num_drafts)
+        vLLM's stop check drops them. Placeholder drafts (`padded`) are all rejected, with no
+        draw. Returns whether the request finished."""
+        num_accepted = 0 if padded else self.speculation.num_accepted(num_drafts)
         num_rejected = num_drafts - num_accepted
         request.num_computed_tokens -= num_rejected
         self.kv_cache.drop_rejected_drafts(num_rejected)

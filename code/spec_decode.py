@@ -20,7 +20,16 @@ vLLM V1's scheduler treats drafts as tokens like any other (scheduler.py applies
   come out at once, and the proposer drafts k more;
 - EAGLE heads and draft models write KV for positions past the scheduled ones, so every
   allocation reserves k lookahead slots; a draft model also needs one more input slot per
-  request, so each scheduled request costs one more token of budget.
+  request, so each scheduled request costs one more token of budget;
+- a newly admitted request that would compute exactly one token (a one-token prompt, or all
+  but one token found cached) is padded to 1 + k tokens with k placeholder drafts that the
+  sampler always rejects, so that the step keeps one uniform 1 + k shape (vLLM 0.30.0 runs
+  such steps as one CUDA graph); if 1 + k tokens do not fit what is left of the budget,
+  nobody more is admitted that step. No padding while a running prompt chunk is in the step;
+- with prefix caching, a block is hashed when it is allocated, up to the tokens known then:
+  drafts are not known yet, so the blocks the accepted ones fill are hashed only at the
+  request's next allocation. A request preempted or finished first frees them unhashed:
+  nobody can find them, and they go to the front of the free queue.
 
 Whether speculation pays is the clock's business (forward_model.py): verifying 1 + k tokens per
 decode costs almost nothing while a step is memory-bound (the weights are read anyway) and costs
@@ -28,10 +37,8 @@ decode costs almost nothing while a step is memory-bound (the weights are read a
 `drafting_time_s` below. With acceptance a per draft the target emits, on average,
 (1 - a^(k+1)) / (1 - a) tokens per step.
 
-Left out: async scheduling (0.30.0's default with EAGLE, draft models and ngram_gpu: it schedules
-the next step before this one's drafts are known), tree drafting, n-gram steps that find no match
-(vLLM then drafts nothing for the request; servesim's n-gram always drafts k), padding a newly
-admitted one-token step to 1 + k for CUDA graphs (0.30.0). With prefix caching, an EAGLE head
+Left out: tree drafting, n-gram steps that find no match (vLLM then drafts nothing for the
+request; servesim's n-gram always drafts k). With prefix caching, an EAGLE head
 makes a request compute again the last block it found cached (kv_cache.py). The command line's
 JSON is read in commands/speculative_flag.py. Facts and sources: vLLM 0.30.0's
 vllm/config/speculative.py and vllm/v1/core/sched/scheduler.py; the history of what each

@@ -11,7 +11,8 @@ from reports.block_table import BlockTableWatch, render_block_table, table_text
 
 
 def watched(rows, request_id, num_blocks=8, block_size=4):
-    config = EngineConfig(block_size=block_size, max_model_len=32, forward_model="linear")
+    config = EngineConfig(block_size=block_size, max_model_len=32, forward_model="linear",
+                          async_scheduling=False)  # the lesson's one step at a time
     watch = BlockTableWatch(request_id, block_size)
     simulate(make_workload(rows), MODES["continuous"], config, num_blocks, make_clock(config),
              [watch])

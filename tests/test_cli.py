@@ -64,7 +64,8 @@ def test_step_log_has_one_line_per_step_with_the_scheduled_tokens_in_order(tmp_p
     trace = tmp_path / "t.csv"
     write_trace(trace, ["a,0.0,700,2", "b,0.0,100,3"])
     log = tmp_path / "steps.jsonl"
-    result = servesim("--trace", str(trace), "--mode", "chunked", "--step-log", str(log))
+    result = servesim("--trace", str(trace), "--mode", "chunked", "--step-log", str(log),
+                      "--no-async-scheduling")  # test_async_scheduling.py: the same, async
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     # budget 512: a gets 512 of 700; next step a's last 188 with b's whole 100; then decodes.

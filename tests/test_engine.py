@@ -104,7 +104,8 @@ def test_decodes_that_share_a_step_with_a_prompt_and_the_queue_before_the_first_
     # alone in step 1 (1.1 ms); B (prompt 20, 1 output) arrives at 0.1 ms and runs in step 2
     # beside A's first decode; A's second decode runs alone.
     config = EngineConfig(forward_model="linear", linear_step_ms=1.0,
-                          linear_prefill_token_ms=0.01, linear_decode_token_ms=0.5)
+                          linear_prefill_token_ms=0.01, linear_decode_token_ms=0.5,
+                          async_scheduling=False)  # one step at a time: B waits for step 1
     summary = simulate(make_workload([(0.0, 10, 3), (0.0001, 20, 1)]), MODES["continuous"], config,
                        1000, make_clock(config)).summary()
     assert summary["decodes_beside_prompts_pct"] == 50.0  # 1 of A's 2 decode tokens

@@ -47,7 +47,8 @@ def servesim_steps(capsys, scenario: dict, tmp_path: Path) -> list[dict]:
         "--max-num-seqs", str(config["max_num_seqs"]),
         "--max-num-batched-tokens", str(config["max_num_batched_tokens"]),
         "--long-prefill-token-threshold", str(config["long_prefill_token_threshold"]),
-        "--max-model-len", str(scenario["max_model_len"]))
+        "--max-model-len", str(scenario["max_model_len"]),
+        "--no-async-scheduling")  # recorded with vLLM's synchronous Scheduler
     assert code == 0, err
     return [json.loads(line) for line in log.read_text().splitlines()]
 

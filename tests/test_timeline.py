@@ -28,7 +28,7 @@ def tiny_workload(*specs) -> Workload:
 def watch(workload, mode_name, spec, **config_changes) -> TimelineWindow:
     config = EngineConfig(forward_model="linear", linear_step_ms=1.0,
                           linear_prefill_token_ms=0.01, linear_decode_token_ms=0.5,
-                          **config_changes)
+                          async_scheduling=False, **config_changes)  # one step at a time
     window = TimelineWindow(spec)
     simulate(workload, MODES[mode_name], config, NUM_GPU_BLOCKS, make_clock(config), [window])
     return window

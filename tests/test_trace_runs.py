@@ -40,7 +40,9 @@ def write(tmp_path, text: str) -> str:
 
 def serve(workload, mode_name: str):
     # A token budget that holds every prompt, so that chunked prefill never cuts one.
-    config = EngineConfig(max_num_batched_tokens=8192)
+    # Synchronous scheduling, as NAIVE's: with async scheduling a client learns of its finish
+    # a step later (async_scheduling.py), so one client at a time would not match NAIVE.
+    config = EngineConfig(max_num_batched_tokens=8192, async_scheduling=False)
     return main.simulate(workload, MODES[mode_name], config, plan_memory(config).num_gpu_blocks,
                          make_clock(config))
 

@@ -18,7 +18,7 @@ from goodput import add_request_goodput
 from reports import tables
 from reports.step_page import (PageBudget, page_data, parse_steps_window, render_page,
                                render_side_by_side)
-from reports.step_record import StepRecorder
+from reports.step_record import StepRecorder, refuse_async_scheduling
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
@@ -65,6 +65,7 @@ def steps_wanted(args: argparse.Namespace, modes, engine):
     if not any(mode.is_paged for mode in modes):
         raise ConfigError("--html follows vLLM V1's scheduler, which none of these modes is; add "
                           "continuous or chunked to --mode")
+    refuse_async_scheduling(modes, engine.config, "--html pages")
     first_step, stop_step = 0, None
     if args.html_steps is not None:
         first_step, stop_step = parse_steps_window(args.html_steps)
@@ -76,6 +77,8 @@ def run_compare(args: argparse.Namespace, context) -> str:
     draws.DRAWS.check("--draws", args.draws)
     modes = flags.modes_from_args(args, context.knobs.compared_modes,
                                   knob="COMPARED_MODES in code/main.py")
+    if args.html and args.async_scheduling is None:
+        args.async_scheduling = False  # the page draws the synchronous scheduler, step by step
     engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
     outputs = flags.outputs_from_args(args)
     steps = steps_wanted(args, modes, engine)

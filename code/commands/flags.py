@@ -133,8 +133,10 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
                             "0.6 (V0: CPU per scheduled request, sync only), 0.18.0 and 0.30.0 "
                             f"(V1, async scheduling on) (default {DEFAULTS.vllm_version})")
     add_switch(group, "--async-scheduling",
-               help="the CPU prepares step n+1 while step n runs on the GPU (default: the "
-                    "--vllm-version's; on in 0.18.0 and 0.30.0, absent in 0.6)")
+               help="schedule step n+1 while step n runs on the GPU, before its output is "
+                    "known (a finish is seen one step later; the CPU's work overlaps the GPU's); "
+                    "default: the --vllm-version's, on in 0.18.0 and 0.30.0, absent in 0.6; "
+                    "CONTINUOUS and CONTINUOUS+CHUNKED only")
     group.add_argument("--linear-step-ms", type=float, default=DEFAULTS.linear_step_ms,
                        metavar="MS", help="linear clock: per step (default 0.2)")
     group.add_argument("--linear-prefill-token-ms", type=float, metavar="MS",
@@ -249,6 +251,7 @@ def config_from_args(args: argparse.Namespace,
 
     if "speculative_config" in values:
         values["speculative_config"] = speculative_config_from_args(args)
+        _check_async_scheduling_asked(args, values["speculative_config"])
     if values.get("max_model_len", 0) is None:
         values["max_model_len"] = model_max_model_len(values.get("model", DEFAULTS.model))
     if "async_scheduling" in values and values["async_scheduling"] is None:  # the version's
@@ -327,6 +330,18 @@ def _apply_chunked_prefill_flag(names: list[str], enabled: bool, explicit: bool)
     if wanted not in names and unwanted not in names:
         raise ConfigError(f"{flag} needs continuous or chunked in --mode")
     return [wanted if n == unwanted else n for n in names]
+
+
+def _check_async_scheduling_asked(args: argparse.Namespace, speculative) -> None:
+    """vLLM 0.30.0 refuses --async-scheduling given with n-gram drafts (found on the CPU after
+    each step's output, which async scheduling does not wait for); left to its default, it turns
+    async scheduling off for them instead (vllm/config/vllm.py)."""
+    given = getattr(args, "switches_given", {}).get("async_scheduling")
+    if given == "--async-scheduling" and speculative is not None and speculative.method == "ngram":
+        raise ConfigError("--async-scheduling with --speculative-config method ngram: vLLM "
+                          "refuses this (async scheduling takes EAGLE, MTP, draft-model or "
+                          "ngram_gpu drafts); leave the flag out (n-gram drafts are then "
+                          "scheduled synchronously) or use method ngram_gpu")
 
 
 def engine_from_args(args: argparse.Namespace, context, modes: list,

@@ -18,7 +18,7 @@ from reports.block_table import render_block_table
 from reports.serving_block import serving_result_block
 from reports.step_page import (PageBudget, explain_lines, page_data, parse_steps_window,
                                render_page, step_header)
-from reports.step_record import StepRecorder
+from reports.step_record import StepRecorder, refuse_async_scheduling
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
@@ -86,6 +86,9 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
     if len(modes) != 1:
         raise ConfigError(f"run takes one --mode (naive, static, continuous or chunked), "
                           f"got {args.mode!r}; use compare for several")
+    if (args.html or args.explain is not None or args.explain_request is not None) and (
+            args.async_scheduling is None):
+        args.async_scheduling = False  # the page draws the synchronous scheduler, step by step
     engine = flags.engine_from_args(args, context, modes)
     outputs = flags.outputs_from_args(args)
     if outputs.block_table is not None and not modes[0].is_paged:
@@ -146,6 +149,7 @@ def steps_wanted(args: argparse.Namespace, mode, engine):
     if not mode.is_paged:
         raise ConfigError(f"--html and --explain follow vLLM V1's scheduler, and {mode.name} is "
                           "not it; use --mode continuous or chunked")
+    refuse_async_scheduling([mode], engine.config, "--html and --explain")
     if explaining and args.format == "json":
         raise ConfigError("--explain prints text; leave it out with --format json")
     if args.explain is not None and args.explain < 0:

@@ -82,6 +82,19 @@ class PageTooLarge(ConfigError):
     """The window's steps would not fit the page: one line, exit status 2."""
 
 
+def refuse_async_scheduling(modes, config, flags: str) -> None:
+    """The page and --explain follow the synchronous scheduler step by step (each step's output
+    applied before the next is scheduled), as reports/explain.py re-derives it: `run` and
+    `compare` turn async scheduling off for them when it was not asked for, and a run that asks
+    for it is refused rather than drawn wrong."""
+    if any(getattr(mode, "is_paged", False) and mode.uses_async_scheduling(config)
+           for mode in modes):
+        raise ConfigError(f"{flags} follow the synchronous scheduler step by step, and run it "
+                          "unless told otherwise; leave out --async-scheduling (vLLM 0.30.0's "
+                          "default applies each step's output one step later, which they do not "
+                          "draw yet)")
+
+
 class StepRecorder:
     """A mode, as the engine loop sees it, and the observer of its every step."""
     needs_every_request = True
@@ -118,6 +131,9 @@ class StepRecorder:
         if self.first_step == 0:
             self.start = WindowStart([], [], {}, [])
         return self.scheduler
+
+    def uses_async_scheduling(self, config) -> bool:
+        return self.mode.uses_async_scheduling(config)  # False here: refuse_async_scheduling
 
     def caches_prefixes(self, config) -> bool:
         return self.mode.caches_prefixes(config)
