@@ -42,6 +42,7 @@ its own efficiency, HTTP and tokenization. `LinearClock` is the lesson toy's clo
 upside down: it charges every decode token a fixed cost, as if a GPU had no weights to share.
 """
 
+import copy
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -363,6 +364,19 @@ class SpeculativeClock:
     def shortest_step_s(self) -> float:
         """The target's cheapest step: drafting only adds to it."""
         return self.target.shortest_step_s()
+
+
+def synchronous(clock):
+    """The same clock for a loop that schedules each step after the last one's output: the
+    CPU's work then adds to the GPU's instead of overlapping it (NAIVE and STATIC, CPU n-gram
+    drafts, --no-async-scheduling). The lesson toy's linear clock has no CPU part."""
+    if isinstance(clock, RooflineClock) and clock.async_scheduling:
+        sync = copy.copy(clock)
+        sync.async_scheduling = False
+        return sync
+    if isinstance(clock, SpeculativeClock):
+        return SpeculativeClock(synchronous(clock.target), clock.drafter, clock.speculative_config)
+    return clock
 
 
 def make_clock(config: EngineConfig):

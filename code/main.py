@@ -38,6 +38,7 @@ MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATI
 from async_scheduling import BatchQueue  # noqa: E402
 from batch import BatchScheduler, EngineCall, EngineStep, SchedulerOutput, StepResult  # noqa: E402
 from config import Knobs  # noqa: E402
+from forward_model import synchronous  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
 
 
@@ -52,7 +53,11 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
     scheduler.bulk_decodes = scheduler.bulk_decodes and not any(needs_every_request(observe)
                                                                 for observe in observers)
     kv_cache = scheduler.kv_cache
-    steps = (BatchQueue if mode.uses_async_scheduling(config) else SyncSteps)(scheduler, clock)
+    if mode.uses_async_scheduling(config):
+        steps = BatchQueue(scheduler, clock)     # step n+1 scheduled while step n runs
+    else:
+        clock = synchronous(clock)               # the CPU's work adds to the GPU's
+        steps = SyncSteps(scheduler, clock)
     arrivals = workload.arrivals()
     recorder = RunRecorder(kv_cache.num_total_slots, mode.caches_prefixes(config))
     clock_s = 0.0

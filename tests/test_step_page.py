@@ -131,7 +131,8 @@ def test_every_decision_names_the_schedulers_numbers(tmp_path, argv):
         finished = [e.request_id for e in record.events if e.rule.startswith("finished")]
         assert finished == line["finished"]
     plain = tmp_path / "plain.jsonl"  # the page's plain rules decide what the bulk path does
-    code, _ = servesim_quiet(["run", *argv, "--step-log", str(plain)])
+    # (--html runs the synchronous scheduler, so the run without it is asked for that too)
+    code, _ = servesim_quiet(["run", *argv, "--no-async-scheduling", "--step-log", str(plain)])
     assert code == 0 and [json.loads(line) for line in plain.read_text().splitlines()] == log
     if argv is MIXED:
         assert seen["preempted"] and seen["hit"] and seen["verified"] and seen["decode_drafts"]
