@@ -36,8 +36,9 @@ def test_ttft_of_a_lone_request_is_its_prefill_step():
 
 
 def test_ttft_includes_queueing_behind_the_request_ahead():
-    # NAIVE: B waits while A prefills and decodes its 2 remaining tokens, then B prefills.
-    clock = RooflineClock(EngineConfig())
+    # NAIVE: B waits while A prefills and decodes its 2 remaining tokens, then B prefills;
+    # one step after another, so the CPU's work adds to each (no async scheduling).
+    clock = RooflineClock(EngineConfig(async_scheduling=False))
     recorder = run([(0.0, 100, 3), (0.0, 200, 2)], mode="naive")
     a_done = prefill_s(clock, 100) + decode_s(clock, 100) + decode_s(clock, 101)
     b = recorder.record(1)
