@@ -13,6 +13,7 @@ import random
 
 from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
+from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
 from scheduler import Scheduler
 from spec_decode import NO_SPECULATION
 from static_batching import StaticBatchScheduler
@@ -41,14 +42,17 @@ class StaticMode:
         return False
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
-                       acceptance_rng: random.Random) -> StaticBatchScheduler:
+                       acceptance_rng: random.Random, in_bulk: bool = False
+                       ) -> StaticBatchScheduler:
+        """`in_bulk`: the batch's decodes may be counted, not named (bulk_scheduler.py)."""
         kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
+        scheduler_class = BulkStaticBatchScheduler if in_bulk else StaticBatchScheduler
         if self.one_at_a_time:
-            return StaticBatchScheduler(kv_cache, max_batch_size=1, batching_window_s=0.0,
-                                        max_model_len=config.max_model_len)
-        return StaticBatchScheduler(kv_cache, max_batch_size=config.max_num_seqs,
-                                    batching_window_s=config.batching_window_ms / 1000,
-                                    max_model_len=config.max_model_len)
+            return scheduler_class(kv_cache, max_batch_size=1, batching_window_s=0.0,
+                                   max_model_len=config.max_model_len)
+        return scheduler_class(kv_cache, max_batch_size=config.max_num_seqs,
+                               batching_window_s=config.batching_window_ms / 1000,
+                               max_model_len=config.max_model_len)
 
 
 class ContinuousMode:
@@ -68,19 +72,24 @@ class ContinuousMode:
         return config.enable_prefix_caching
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
-                       acceptance_rng: random.Random) -> Scheduler:
-        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate)."""
+                       acceptance_rng: random.Random, in_bulk: bool = False) -> Scheduler:
+        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate).
+        `in_bulk`: the running decodes may be counted as a group (bulk_scheduler.py), unless
+        decodes speculate (each advances by its own accepted drafts)."""
         speculative = config.speculative_config
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
         kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
                                 drop_last_hit=speculative is not None and speculative.uses_eagle)
-        return Scheduler(kv_cache,
-                         max_num_seqs=config.max_num_seqs,
-                         max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
-                         max_model_len=config.max_model_len,
-                         enable_chunked_prefill=self.enable_chunked_prefill,
-                         long_prefill_token_threshold=config.long_prefill_token_threshold,
-                         speculation=speculation)
+        in_bulk = in_bulk and not speculation.num_speculative_tokens
+        scheduler_class = BulkScheduler if in_bulk else Scheduler
+        return scheduler_class(kv_cache,
+                               max_num_seqs=config.max_num_seqs,
+                               max_num_batched_tokens=config.token_budget(
+                                   self.enable_chunked_prefill),
+                               max_model_len=config.max_model_len,
+                               enable_chunked_prefill=self.enable_chunked_prefill,
+                               long_prefill_token_threshold=config.long_prefill_token_threshold,
+                               speculation=speculation)
 
 
 MODES = {

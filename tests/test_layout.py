@@ -9,7 +9,7 @@ from conftest import ROOT
 
 CODE = ROOT / "code"
 SHELL_FOLDERS = {"commands", "reports", "traces"}
-MAX_ENGINE_MODULES = 18
+MAX_ENGINE_MODULES = 19  # 18, and bulk_scheduler.py: the speed path in a room of its own
 
 
 def engine_modules() -> list[str]:
