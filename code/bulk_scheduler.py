@@ -100,7 +100,7 @@ class BulkScheduler(Scheduler):
             kv_cache.append_blocks([request.request_id for request in crossing])
         else:
             self._append_blocks_or_preempt(crossing, output)
-        if kv_cache.enable_prefix_caching:
+        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
             self._register_completed_blocks(decodes.step)
         num_decodes = len(decodes)
         kv_cache.add_decode_tokens(num_decodes)
@@ -164,9 +164,8 @@ class BulkScheduler(Scheduler):
                 return None  # the head could be admitted
         if decodes.finishes_at(decodes.step + 1):
             return None
-        if self.waiting and self.kv_cache.enable_prefix_caching and any(
-                request.has_known_outputs for request in self.running):
-            return None
+        if self.waiting and self.kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
+            return None  # (every running request is in the group)
         return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
                          decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit)
@@ -209,7 +208,7 @@ class BulkScheduler(Scheduler):
         for end_s in step_ends_s:
             crossing = sorted(self.decodes.crossing_now(), key=self._admission_order.__getitem__)
             self.kv_cache.append_blocks([request.request_id for request in crossing])
-            if self.kv_cache.enable_prefix_caching:
+            if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
                 self._register_completed_blocks(self.decodes.step)
             self.kv_cache.add_decode_tokens(run.num_seqs)
             self.decodes.advance(end_s)
