@@ -65,7 +65,8 @@ def test_ttft_tpot_e2el_and_throughput_follow_vllm_bench_definitions():
     arrive_and_finish(recorder, finished("a", 0.0, [0.5, 0.6, 0.8]))  # TTFT 0.5, TPOT 0.15,
     #                                                                    E2EL 0.8
     arrive_and_finish(recorder, finished("b", 1.0, [2.0]))            # TTFT 1.0, no TPOT, E2EL 1.0
-    recorder.itl_counts.update([0.1, 0.2])
+    recorder.itl_gaps.add(0.1, 1)
+    recorder.itl_gaps.add(0.2, 1)
     summary = recorder.summary()
     assert summary["completed"] == 2
     assert summary["duration"] == 2.0               # first arrival 0.0 to last token 2.0
@@ -95,3 +96,24 @@ def test_the_recorder_keeps_no_request_once_it_ended():
     arrive_and_finish(recorder, request)
     assert not any(value is request for value in vars(recorder).values())
     assert recorder.record(0).last_token_s == 0.6 and recorder.num_completed == 1
+
+
+def test_gaps_moved_out_of_the_counter_keep_exact_percentiles(monkeypatch):
+    """A long run's gaps leave the Counter for flat arrays (metrics.GapCounts); the value at
+    every rank is still found exactly, duplicates across the moves included."""
+    from metrics import GapCounts
+    monkeypatch.setattr(GapCounts, "LIVE_LIMIT", 50)
+    rng = random.Random(3)
+    gaps, expected = GapCounts(), Counter()
+    for _ in range(2000):
+        value, count = rng.choice([0.5, 0.25]) if rng.random() < 0.1 else rng.random(), rng.randint(1, 9)
+        gaps.add(value, count)
+        gaps.bound()
+        expected[value] += count
+    assert len(gaps.values) > 0  # the arrays were used
+    exact = weighted_percentile  # the Counter's own answer
+    moved = gaps.distribution()
+    for p in (0, 1, 10, 50, 90, 99, 99.9, 100):
+        assert moved.percentile(p) == exact(expected, p)
+    assert moved.mean() == pytest.approx(sum(v * c for v, c in expected.items()) / moved.total,
+                                         rel=1e-12)

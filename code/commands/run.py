@@ -20,7 +20,6 @@ from reports.serving_block import serving_result_block
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
-from reports.timeseries import peak_output_tokens_per_s
 
 
 def add_parser(subparsers, knobs) -> None:
@@ -73,7 +72,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
                           "use --mode continuous or chunked")
     workload = workload_from_args(args, engine.config)
     with PendingFiles(outputs) as files:
-        watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
+        watch = Watch(series=outputs.svg is not None, tokens_per_s=True, timeline=outputs.timeline, step_log=files.step_log,
                       token_times=outputs.save_detailed is not None,
                       block_table=outputs.block_table)
         [mode_run] = serve_modes(engine, workload, watch)
@@ -81,7 +80,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         require_completions(recorder)
         first_arrival_s = min(r.arrival_s for r in recorder.completed())
         metrics = serving_metrics(recorder, outputs.percentiles, engine.slos_ms,
-                                  peak_output_tokens_per_s(mode_run.series, first_arrival_s))
+                                  mode_run.tokens_per_s.peak(first_arrival_s))
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
             files.add_text(outputs.svg, plots.runs_svg(engine.title_lines(workload), [mode_run],
