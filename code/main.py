@@ -8,12 +8,11 @@ One engine loop (`simulate`, below) serves a stream of requests in any of four m
 like the lesson's `while True`: admit arrivals, let the scheduler build a batch, price the batch
 on the virtual clock, advance the clock, apply the step. Then read, one lesson concept a file:
 
-    request.py  kv_cache.py  batch.py  scheduler.py  static_batching.py  modes.py  config.py
-    spec_decode.py  forward_model.py  gpu_memory.py  presets.py  workload.py  arrivals.py
-    metrics.py  goodput.py
-    block_pool.py
-    bulk_scheduler.py running_decodes.py (speed only: the same schedulers, a step costing what
-                                          changes in it)
+    request.py  kv_cache.py  block_pool.py  batch.py  scheduler.py  static_batching.py
+    modes.py  config.py  spec_decode.py  forward_model.py  gpu_memory.py  presets.py
+    workload.py  arrivals.py  metrics.py  engine_counters.py  goodput.py
+    bulk_scheduler.py  running_decodes.py  (speed only: the same schedulers, a step costing
+                                            what changes in it)
 
 The shell around the engine (commands, reports, trace formats) lives in code/commands,
 code/reports and code/traces; README.md lists every file in reading order.
