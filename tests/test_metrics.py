@@ -117,3 +117,15 @@ def test_gaps_moved_out_of_the_counter_keep_exact_percentiles(monkeypatch):
         assert moved.percentile(p) == exact(expected, p)
     assert moved.mean() == pytest.approx(sum(v * c for v, c in expected.items()) / moved.total,
                                          rel=1e-12)
+
+
+def test_queue_time_summed_as_it_goes_is_math_fsum_of_every_wait():
+    """engine_counters.ExactSum keeps no values, yet gives what math.fsum of them all gives."""
+    from engine_counters import ExactSum
+    rng = random.Random(5)
+    values = [rng.choice([1e-9, 1.0, 1e6, 0.1]) * rng.random() for _ in range(3000)]
+    total = ExactSum()
+    for value in values:
+        total.add(value)
+    assert total.value() == math.fsum(values)
+    assert len(total.partials) < 10
