@@ -33,6 +33,7 @@ import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from typing import Optional
 
 from batch import DecodeRun, SchedulerOutput, StepResult
 from engine_counters import EngineCounters
@@ -41,6 +42,8 @@ from request import Request, RequestStatus
 
 IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per request
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
+MANY = 1 << 17  # beyond this many values, a distribution is kept in flat arrays, not sorted
+MAX_PIECE = (1 << 32) - 1  # the largest count a gap array holds
 
 
 class Distribution:
@@ -87,17 +90,17 @@ class GapCounts:
     A run has about one distinct gap per engine step, so a million-request run has millions. The
     recorder counts them in a Counter (`live`) as long as it stays under `LIVE_LIMIT` distinct
     gaps (every run of a few tens of thousands of requests); beyond, it moves them, `LIVE_LIMIT`
-    at a time, into two flat arrays (16 bytes a gap instead of ~100 in a Counter). Percentiles
+    at a time, into two flat arrays (12 bytes a gap instead of ~100 in a Counter). Percentiles
     stay exact either way (`ArrayDistribution` selects the value at each rank); the mean is then
     the exactly rounded sum of the stored gap x count products (a gap that recurs in two batches
     is multiplied twice, so the last digit may differ from a Counter's single product).
     """
-    LIVE_LIMIT = 1 << 17
+    LIVE_LIMIT = MANY
 
     def __init__(self):
         self.live: Counter = Counter()  # seconds -> tokens that followed that gap
         self.values = array("d")        # moved out of `live`: gaps (s) ...
-        self.counts = array("q")        # ... and their counts
+        self.counts = array("I")        # ... and their counts (4 bytes: 2^32 - 1 at most)
 
     def add(self, itl_s: float, count: int) -> None:
         self.live[itl_s] += count
@@ -109,7 +112,16 @@ class GapCounts:
 
     def _move_live(self) -> None:
         self.values.extend(self.live.keys())
-        self.counts.extend(self.live.values())
+        try:
+            self.counts.extend(self.live.values())
+        except OverflowError:  # a count of 2^32 tokens or more: in pieces that fit
+            del self.values[len(self.counts):]
+            for value, count in self.live.items():
+                while count:
+                    piece = min(count, MAX_PIECE)
+                    self.values.append(value)
+                    self.counts.append(piece)
+                    count -= piece
         self.live.clear()
 
     @property
@@ -125,26 +137,34 @@ class GapCounts:
 
 
 class ArrayDistribution:
-    """`Distribution`'s mean and percentiles of (value, count) pairs kept unsorted in arrays,
-    without sorting them all: the value at a rank is found in two passes, the first counting
-    items into NUM_BUCKETS equal ranges of value, the second sorting the one range it falls in."""
+    """`Distribution`'s mean and percentiles of (value, count) pairs kept unsorted in arrays
+    (`counts` None: each value once), without sorting them all: the value at a rank is found in
+    two passes, the first counting items into NUM_BUCKETS equal ranges of value, the second
+    sorting the one range it falls in. The mean is the exactly rounded sum of the value x count
+    products (a Counter multiplies a recurring value once, by all its count: the last digit may
+    differ)."""
     NUM_BUCKETS = 1 << 16
 
-    def __init__(self, values: array, counts: array):
+    def __init__(self, values: array, counts: Optional[array] = None):
         self.values, self.counts = values, counts
-        self.total = sum(counts)
+        self.total = len(values) if counts is None else sum(counts)
         self.low, high = min(values), max(values)
         self.scale = (self.NUM_BUCKETS - 1) / (high - self.low) if high > self.low else 0.0
         bucket_counts = array("q", bytes(8 * self.NUM_BUCKETS))
-        for value, count in zip(values, counts):
+        for value, count in self._pairs():
             bucket_counts[self._bucket(value)] += count
         self.bucket_ends = array("q", itertools.accumulate(bucket_counts))
+
+    def _pairs(self):
+        if self.counts is None:
+            return zip(self.values, itertools.repeat(1))
+        return zip(self.values, self.counts)
 
     def _bucket(self, value: float) -> int:
         return int((value - self.low) * self.scale)
 
     def mean(self) -> float:
-        return math.fsum(value * count for value, count in zip(self.values, self.counts)) / self.total
+        return math.fsum(value * count for value, count in self._pairs()) / self.total
 
     def percentile(self, p: float) -> float:
         rank = p / 100 * (self.total - 1)
@@ -158,7 +178,7 @@ class ArrayDistribution:
         bucket = bisect.bisect_right(self.bucket_ends, rank)
         before = self.bucket_ends[bucket - 1] if bucket else 0
         inside = Counter()
-        for value, count in zip(self.values, self.counts):
+        for value, count in self._pairs():
             if self._bucket(value) == bucket:
                 inside[value] += count
         in_bucket = Distribution.of_counts(inside)
@@ -269,11 +289,15 @@ class LatencyRecorder:
         outputs = self.num_output_tokens
         done = self._completed_indexes()
         if name == "ttft":
-            return Distribution.of_samples(first[i] - arrival[i] for i in done)
-        if name == "tpot":
-            return Distribution.of_samples((last[i] - first[i]) / (outputs[i] - 1)
-                                           for i in done if outputs[i] > 1)
-        return Distribution.of_samples(last[i] - arrival[i] for i in done)
+            samples = array("d", (first[i] - arrival[i] for i in done))
+        elif name == "tpot":
+            samples = array("d", ((last[i] - first[i]) / (outputs[i] - 1)
+                                  for i in done if outputs[i] > 1))
+        else:
+            samples = array("d", (last[i] - arrival[i] for i in done))
+        if len(samples) > MANY:  # sorting them would take ~64 bytes a value
+            return ArrayDistribution(samples)
+        return Distribution.of_samples(samples)
 
     def _completed_indexes(self):
         return (i for i, status in enumerate(self.status) if status == FINISHED)

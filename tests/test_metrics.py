@@ -129,3 +129,25 @@ def test_queue_time_summed_as_it_goes_is_math_fsum_of_every_wait():
         total.add(value)
     assert total.value() == math.fsum(values)
     assert len(total.partials) < 10
+
+
+def test_many_latencies_kept_unsorted_give_the_sorted_lists_percentiles(monkeypatch):
+    """Past metrics.MANY completed requests, TTFT, TPOT and E2EL stay in flat arrays
+    (ArrayDistribution); every percentile is still the value the sorted list gives."""
+    import metrics
+    monkeypatch.setattr(metrics, "MANY", 10)
+    rng = random.Random(8)
+    recorder = RunRecorder(num_total_kv_slots=100)
+    for index in range(200):
+        arrival_s = rng.random()
+        times = sorted(arrival_s + rng.choice([0.5, rng.random()]) for _ in range(rng.randint(1, 4)))
+        arrive_and_finish(recorder, finished(str(index), arrival_s, times))
+    for name in ("ttft", "tpot", "e2el"):
+        moved = recorder.latency_distribution(name)
+        assert isinstance(moved, metrics.ArrayDistribution)
+        monkeypatch.setattr(metrics, "MANY", 10**9)
+        exact = recorder.latency_distribution(name)
+        monkeypatch.setattr(metrics, "MANY", 10)
+        for p in (0, 1, 25, 50, 75, 99, 100):
+            assert moved.percentile(p) == exact.percentile(p), (name, p)
+        assert moved.mean() == pytest.approx(exact.mean(), rel=1e-12)
