@@ -122,9 +122,8 @@ class BlockPool:
         """Full blocks joined the back of the queue; those with a cache entry may be hit there
         (`touch`), so the set remembers them (speed: only they are ever looked for)."""
         self._num_in_back += len(block_ids)
-        entry_of = self._entry_of
-        if entry_of:
-            self._in_back.update(block_id for block_id in block_ids if block_id in entry_of)
+        if self._entry_of:
+            self._in_back.update(filter(self._entry_of.__contains__, block_ids))
 
     def _still_held(self, block_id: int) -> bool:
         """One holder let go of a block: does another one still hold it?"""
