@@ -37,7 +37,6 @@ batch.AdmissionLimit), as shares of the busy time, and how long the queue was:
 """
 
 import math
-from array import array
 from collections import Counter
 
 from batch import AdmissionLimit, DecodeRun, SchedulerOutput, StepResult
@@ -84,11 +83,9 @@ class EngineCounters:
         self.prefix_cache_hits = 0
         self.prefix_cache_resumed_queries = 0
         self.prefix_cache_resumed_hits = 0
-        # -- queue time: per request in flight (by arrival order), when it was first scheduled --
-        self.is_scheduled = bytearray()        # 1 once the request got its first tokens
-        self.first_scheduled_s = array("d")    # ... at the start of that step
-        self.queue_s = ExactSum()              # summed over completed requests
-        self.num_queued = 0                    # ... how many
+        # -- queue time (Request.first_scheduled_s - arrival), over completed requests --
+        self.queue_s = ExactSum()
+        self.num_queued = 0
         # -- per step --
         self.num_steps = 0
         self.num_scheduled_seqs = 0     # summed over steps: mean batch size
@@ -116,16 +113,11 @@ class EngineCounters:
         self.peak_num_waiting = 0
         self.spec_decoding = SpecDecodingStats()  # drafts verified, with speculative decoding
 
-    def on_arrival(self, request: Request) -> None:
-        self.is_scheduled.append(0)
-        self.first_scheduled_s.append(0)
-
     def on_finished(self, request: Request) -> None:
         if request.status is RequestStatus.REJECTED:
             return
         self.num_recomputed_tokens += request.num_recomputed_tokens
-        index = request.arrival_index
-        self.queue_s.add(self.first_scheduled_s[index] - request.arrival_s)
+        self.queue_s.add(request.first_scheduled_s - request.arrival_s)
         self.num_queued += 1
 
     def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
@@ -144,13 +136,10 @@ class EngineCounters:
         self.num_preemptions += len(batch.preempted)
         self._count_waiting(step_s, num_waiting, batch.admission_limit,
                             has_prompts=batch.num_scheduled_tokens > batch.num_decode_tokens)
-        is_scheduled = self.is_scheduled
         for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began
             #                               long ago)
-            index = scheduled.request.arrival_index
-            if not is_scheduled[index]:
-                is_scheduled[index] = 1
-                self.first_scheduled_s[index] = start_s
+            if scheduled.request.first_scheduled_s is None:
+                scheduled.request.first_scheduled_s = start_s
         self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
         for lookup in batch.prefix_lookups:
             if lookup.resumed:

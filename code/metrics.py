@@ -42,7 +42,7 @@ from request import Request, RequestStatus
 
 IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per request
 LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
-MANY = 1 << 17  # beyond this many values, a distribution is kept in flat arrays, not sorted
+MANY = 1 << 16  # beyond this many values, a distribution is kept in flat arrays, not sorted
 MAX_PIECE = (1 << 32) - 1  # the largest count a gap array holds
 
 
@@ -343,7 +343,6 @@ class RunRecorder:
 
     def on_arrival(self, request: Request) -> None:
         self.latencies.on_arrival(request)
-        self.counters.on_arrival(request)
 
     def on_finished(self, request: Request) -> None:
         self.latencies.on_finished(request)

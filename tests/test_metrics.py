@@ -50,6 +50,7 @@ def finished(request_id, arrival_s, token_times):
     request = make_request(request_id, prompt_len=10, max_tokens=len(token_times),
                            arrival_s=arrival_s)
     request.status = RequestStatus.FINISHED
+    request.first_scheduled_s = arrival_s  # admitted on arrival
     for t in token_times:
         request.append_output_token(t)
     return request
