@@ -87,7 +87,6 @@ class AsyncScheduler(Scheduler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.bulk_decodes = False  # the decode group advances at the output; here it may not
         self._sampling: deque[list[Request]] = deque()  # per batch in flight: who samples
 
     def schedule(self, now_s: float) -> SchedulerOutput:

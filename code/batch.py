@@ -167,10 +167,11 @@ class StepResult:
 class DecodeRun:
     """The same decode-only batch, step after step, until something changes.
 
-    A scheduler offers one (`identical_decode_steps`) when it is sure that its coming steps each
-    give the same running requests one token, admitting, finishing and preempting nobody; only
-    the context grows, by `num_seqs` a step. The engine loop then prices and records those steps
-    without asking the scheduler again, and hands it their end times (`apply_decode_run`).
+    A bulk scheduler (bulk_scheduler.py, speed only) offers one (`identical_decode_steps`) when
+    it is sure that its coming steps each give the same running requests one token, admitting,
+    finishing and preempting nobody; only the context grows, by `num_seqs` a step. Those steps
+    are then priced and recorded without asking the scheduler again, and it is handed their end
+    times (`apply_decode_run`).
     """
     new_slots_reserved: Iterator[int]  # per coming step: KV slots it reserves (new blocks x
     #                                    block_size); the iterator ends where the run must
@@ -206,12 +207,6 @@ class BatchScheduler(Protocol):
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult: ...
 
-    def identical_decode_steps(self) -> Optional[DecodeRun]:
-        """The coming steps, if they are sure to be the same decode-only batch (speed only)."""
-
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
-        """The engine ran the first len(step_ends_s) steps of `run`, ending at those times."""
-
 
 @dataclass
 class EngineCall:
@@ -244,6 +239,6 @@ class EngineStep:
     block_tables: Optional[dict[str, list[int]]] = None  # after the step: request id -> its
     #                            physical block ids (PagedAttention), a live view of the KV
     #                            cache's own tables, not a copy; None for contiguous KV, and in
-    #                            the steps main.repeat_identical_decode_steps prices in bulk
+    #                            the steps bulk_scheduler.repeat_identical_decode_steps prices
     #                            (their blocks are taken when the run is applied), which only
     #                            observers of sums see

@@ -37,7 +37,8 @@ class BlockPool:
         self._front: deque[int] = deque()                  # freed, no cache entry
         self._next_unused = 1                              # never used: _next_unused .. num_blocks
         self._back: deque[int] = deque()                   # freed full blocks, oldest first,
-        self._in_back: set[int] = set()                    # those truly there,
+        self._num_in_back = 0                              # how many are truly there,
+        self._in_back: set[int] = set()                    # those of them with a cache entry,
         self._left_behind: dict[int, int] = {}             # and the copies touch left behind
         self._extra_holders: dict[int, int] = {}           # shared blocks -> holders beyond 1
         self._entry_of: dict[int, int] = {}                # block -> the hash it is cached under
@@ -46,7 +47,7 @@ class BlockPool:
     @property
     def num_free_blocks(self) -> int:
         """Blocks nobody holds, those still holding a cache entry included (as vLLM counts)."""
-        return len(self._front) + (self.num_blocks + 1 - self._next_unused) + len(self._in_back)
+        return len(self._front) + (self.num_blocks + 1 - self._next_unused) + self._num_in_back
 
     @property
     def num_shared_holds(self) -> int:
@@ -79,10 +80,11 @@ class BlockPool:
                     taken.append(block_id)
         else:
             taken = [back.popleft() for _ in range(count)]
-        self._in_back.difference_update(taken)
+        self._num_in_back -= count
         if entry_of:
             for block_id in taken:
                 if block_id in entry_of:
+                    self._in_back.discard(block_id)
                     self._evict(block_id)
         return taken
 
@@ -101,7 +103,7 @@ class BlockPool:
             self._front.extendleft(block_ids[num_cached_blocks:])  # the tail block frontmost
             full = block_ids[:num_cached_blocks]
             self._back.extend(reversed(full))
-            self._in_back.update(full)
+            self._note_in_back(full)
             return
         no_entry, with_entry = [], []
         for index in range(len(block_ids) - 1, -1, -1):
@@ -114,7 +116,14 @@ class BlockPool:
                 no_entry.append(block_id)
         self._front.extendleft(reversed(no_entry))  # at the front, tail block first
         self._back.extend(with_entry)
-        self._in_back.update(with_entry)
+        self._note_in_back(with_entry)
+
+    def _note_in_back(self, block_ids: list[int]) -> None:
+        """Full blocks joined the back of the queue; those with a cache entry may be hit there
+        (`touch`), so the set remembers them (speed: only they are ever looked for)."""
+        self._num_in_back += len(block_ids)
+        if self._entry_of:
+            self._in_back.update(filter(self._entry_of.__contains__, block_ids))
 
     def _still_held(self, block_id: int) -> bool:
         """One holder let go of a block: does another one still hold it?"""
@@ -162,6 +171,7 @@ class BlockPool:
         for block_id in block_ids:
             if block_id in self._in_back:  # free: it leaves the queue, now held once
                 self._in_back.remove(block_id)
+                self._num_in_back -= 1
                 self._left_behind[block_id] = self._left_behind.get(block_id, 0) + 1
             else:
                 self._extra_holders[block_id] = self._extra_holders.get(block_id, 0) + 1

@@ -9,9 +9,11 @@ like the lesson's `while True`: admit arrivals, let the scheduler build a batch,
 on the virtual clock, advance the clock, apply the step. Then read, one lesson concept a file:
 
     request.py  kv_cache.py  block_pool.py  batch.py  scheduler.py  async_scheduling.py
-    static_batching.py  modes.py  config.py  spec_decode.py  forward_model.py  gpu_memory.py
-    presets.py  workload.py  arrivals.py  metrics.py  goodput.py
-    running_decodes.py (speed only: the bookkeeping that lets a step cost what changes in it)
+    static_batching.py  modes.py  config.py  spec_decode.py  forward_model.py
+    engine_overhead.py  gpu_memory.py  presets.py  model_config.py  moe.py  mla.py
+    workload.py  arrivals.py  metrics.py  engine_counters.py  goodput.py
+    bulk_scheduler.py  running_decodes.py  (speed only: the same schedulers, a step costing
+                                            what changes in it)
 
 The shell around the engine (commands, reports, trace formats) lives in code/commands,
 code/reports and code/traces; README.md lists every file in reading order.
@@ -23,7 +25,6 @@ if __name__ == "__main__":  # a signal while the modules load: one line, not a t
 
 import random
 import sys
-from typing import Optional
 
 # ── Knobs for the exercises: edit them and rerun; a flag given on the command line wins ─────────
 COMPARED_MODES = ["naive", "static", "continuous", "chunked"]  # compare's rows (--mode); drop
@@ -36,7 +37,8 @@ MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATI
 # ─────────────────────────────────────────────────────────────────────────────────────────────
 
 from async_scheduling import BatchQueue  # noqa: E402
-from batch import BatchScheduler, EngineCall, EngineStep, SchedulerOutput, StepResult  # noqa: E402
+from batch import BatchScheduler, EngineCall, EngineStep, StepResult  # noqa: E402
+from bulk_scheduler import repeat_identical_decode_steps  # noqa: E402
 from config import Knobs  # noqa: E402
 from forward_model import synchronous  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
@@ -49,9 +51,9 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
     # Speculative decoding draws how many drafts the target accepts: from this generator,
     # seeded by the workload's --seed (0 for a trace), so a run gives the same bytes every time.
     acceptance_rng = random.Random(f"acceptance {workload.params.get('seed', 0)}")
-    scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks, acceptance_rng)
-    scheduler.bulk_decodes = scheduler.bulk_decodes and not any(needs_every_request(observe)
-                                                                for observe in observers)
+    in_bulk = not any(needs_every_request(observe) for observe in observers)
+    scheduler: BatchScheduler = mode.make_scheduler(config, num_gpu_blocks, acceptance_rng,
+                                                    in_bulk)
     kv_cache = scheduler.kv_cache
     if mode.uses_async_scheduling(config):
         steps = BatchQueue(scheduler, clock)     # step n+1 scheduled while step n runs
@@ -65,11 +67,6 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
         admit_arrivals(arrivals, scheduler, recorder, clock_s)
         if not scheduler.has_unfinished_requests() and arrivals.next_arrival_s() is None:
             return recorder
-        repeated_until_s = repeat_identical_decode_steps(scheduler, clock, recorder, arrivals,
-                                                         clock_s, observers)  # speed only
-        if repeated_until_s is not None:
-            clock_s = repeated_until_s
-            continue
         call = steps.step(clock_s)               # schedule a batch, run it, read an output
         batch, result, step_s = call.batch, call.result, call.step_s
         if not call.ran:
@@ -87,6 +84,8 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
                                scheduler.num_free_blocks, reserved, used, kv_cache.block_tables))
         if progress:
             progress(recorder, clock_s)
+        clock_s = repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s,
+                                                observers)  # speed only: bulk_scheduler.py
 
 
 class SyncSteps:
@@ -109,62 +108,10 @@ class SyncSteps:
         return EngineCall(batch, result, now_s, step_s, now_s + step_s, reserved, used)
 
 
-def repeat_identical_decode_steps(scheduler: BatchScheduler, clock, recorder, arrivals,
-                                  clock_s, observers) -> Optional[float]:
-    """Speed only. When the scheduler is sure its coming steps are the same decode-only batch
-    (NAIVE and STATIC between finishes; continuous batching of decodes alone, nobody admissible),
-    price and record those steps here without asking it again: every step still on its own, as
-    the loop above would, until one would change something or an arrival is due (it must be
-    admitted first). Returns the clock after them, or None if no step was repeated."""
-    run = scheduler.identical_decode_steps()
-    if run is None:
-        return None
-    next_arrival_s = arrivals.next_arrival_s()
-    kv_cache = scheduler.kv_cache
-    reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
-    context, last_token_s = run.num_context_tokens, run.last_token_s
-    step_ends_s = []
-    for new_slots in run.new_slots_reserved:
-        if next_arrival_s is not None and next_arrival_s <= clock_s:
-            break
-        reserved, used = reserved + new_slots, used + run.num_sampled
-        step_s = clock.decode_step_time_s(run.num_seqs, context)
-        clock_s += step_s
-        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
-                                    num_waiting=len(scheduler.waiting))
-        if observers:
-            observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s,
-                                    step_s, clock_s - last_token_s, reserved, used)
-        step_ends_s.append(clock_s)
-        context += run.num_seqs
-        last_token_s = clock_s
-    if not step_ends_s:
-        return None
-    scheduler.apply_decode_run(run, step_ends_s)
-    return clock_s
-
-
-def observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s, step_s,
-                            itl_s, reserved, used) -> None:
-    """What an observer of sums (a chart) sees of one repeated step: the step as it ran."""
-    batch = SchedulerOutput()
-    batch.add_decodes(run.num_seqs, context)
-    batch.num_padding_tokens = run.num_padding_tokens
-    result = StepResult(num_bulk_sampled=run.num_sampled, itls=[(itl_s, run.num_sampled)])
-    free_blocks = scheduler.num_free_blocks  # the pool is not touched until the run is applied
-    if free_blocks is not None:
-        kv_cache = scheduler.kv_cache
-        free_blocks -= (reserved - kv_cache.num_reserved_slots) // kv_cache.block_size
-    for observe in observers:
-        observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
-                           len(scheduler.running), len(scheduler.waiting), free_blocks, reserved,
-                           used))
-
-
 def needs_every_request(observer) -> bool:
     """Does this observer read each request of every step (a step log, a timeline), or only the
-    step's sums (a chart)? With none of the first kind attached, the schedulers may count the
-    running decodes in bulk (running_decodes.py): same decisions, less work per step."""
+    step's sums (a chart)? With none of the first kind attached, the mode picks a scheduler
+    that counts the running decodes in bulk (bulk_scheduler.py): same decisions, less work."""
     return getattr(observer, "needs_every_request", True)
 
 

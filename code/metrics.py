@@ -23,37 +23,8 @@ and the target's own). A client streaming the answer receives them together, so 
 serve` records one gap for them, and so does servesim: ITL counts gaps between arrivals of
 output, TPOT divides by tokens. The drafts' counters are vLLM's (spec_decode.SpecDecodingStats).
 
-Beside the latencies, counters that say where a mode's time and tokens went (exercise 1):
-
-    queue time          first scheduled - arrival: waiting for admission (vLLM's
-                        request_queue_time); in STATIC, for the running batch to drain
-    prompt / decode     STATIC's padding, split: prompts padded to the longest, and finished
-      padding           members still computed in every decode step until the batch drains
-    idle batch seats    STATIC's empty seats while requests waited, time-averaged
-    prefill tokens      tokens computed that were not decodes: prompts less their prefix cache
-      computed          hits, recomputation after preemption, STATIC's prompt padding
-    recomputed tokens   KV a preemption threw away and computed again on resume (what the
-                        request found again in the prefix cache is not computed again)
-    prompt time         share of the busy time spent in steps that computed prompt tokens
-    decode-only time    share of it spent in steps of decodes alone while requests waited:
-      while waiting     memory-bound steps whose idle compute the waiting prompts could have
-                        used, had the KV blocks, the token budget or a static batch let them in
-    decodes beside      decode tokens computed in a step that also computed prompt tokens:
-      prompts           each of them waited for that prompt's work (the ITL chunking shortens)
-
-And, for `diagnose`, what kept WAITING waiting (vLLM V1's scheduler notes it in each step,
-batch.AdmissionLimit), as shares of the busy time, and how long the queue was:
-
-    waiting on          steps after which requests waited because the free blocks could not
-      KV blocks         hold the head's sequence, or a preemption skipped admission
-    waiting on          ... because max_num_seqs requests already ran
-      max_num_seqs
-    waiting on the      ... because the token budget was spent, on prompt chunks (a prompt
-      budget            chunk or a recomputation in the step), or on decodes alone; without
-                        chunked prefill, also when the head's whole prompt did not fit it
-    queue depth         requests waiting after each step, time-averaged over the busy time,
-                        and the most at once (vLLM's gauge num_requests_waiting)
-    mean KV use         reserved KV slots, time-averaged, of the pool (peak KV use: the most)
+What the engine did step by step (steps, padding, preemptions, KV use, what kept requests
+waiting) is counted apart, in engine_counters.py; `RunRecorder` feeds both halves.
 """
 
 import bisect
@@ -62,15 +33,17 @@ import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from typing import Optional
 
-from batch import AdmissionLimit, DecodeRun, SchedulerOutput, StepResult
+from batch import DecodeRun, SchedulerOutput, StepResult
+from engine_counters import EngineCounters
 from goodput import add_request_goodput
 from request import Request, RequestStatus
-from spec_decode import SpecDecodingStats
 
 IN_FLIGHT, FINISHED, REJECTED = 0, 1, 2  # what RunRecorder.status holds per request
-# What kept WAITING waiting, as summary() names it: waiting_on_{cause}_pct.
-WAITING_CAUSES = ("kv_blocks", "max_num_seqs", "prompt_budget", "decode_budget")
+LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
+MANY = 1 << 16  # beyond this many values, a distribution is kept in flat arrays, not sorted
+MAX_PIECE = (1 << 32) - 1  # the largest count a gap array holds
 
 
 class Distribution:
@@ -111,6 +84,107 @@ class Distribution:
         return low + (high - low) * (rank - below)
 
 
+class GapCounts:
+    """Every inter-token gap of a run, as (seconds, how many tokens followed it), in bounded room.
+
+    A run has about one distinct gap per engine step, so a million-request run has millions. The
+    recorder counts them in a Counter (`live`) as long as it stays under `LIVE_LIMIT` distinct
+    gaps (every run of a few tens of thousands of requests); beyond, it moves them, `LIVE_LIMIT`
+    at a time, into two flat arrays (12 bytes a gap instead of ~100 in a Counter). Percentiles
+    stay exact either way (`ArrayDistribution` selects the value at each rank); the mean is then
+    the exactly rounded sum of the stored gap x count products (a gap that recurs in two batches
+    is multiplied twice, so the last digit may differ from a Counter's single product).
+    """
+    LIVE_LIMIT = MANY
+
+    def __init__(self):
+        self.live: Counter = Counter()  # seconds -> tokens that followed that gap
+        self.values = array("d")        # moved out of `live`: gaps (s) ...
+        self.counts = array("I")        # ... and their counts (4 bytes: 2^32 - 1 at most)
+
+    def add(self, itl_s: float, count: int) -> None:
+        self.live[itl_s] += count
+
+    def bound(self) -> None:
+        """Called after each step: move the gaps out of the Counter once it holds too many."""
+        if len(self.live) >= self.LIVE_LIMIT:
+            self._move_live()
+
+    def _move_live(self) -> None:
+        self.values.extend(self.live.keys())
+        try:
+            self.counts.extend(self.live.values())
+        except OverflowError:  # a count of 2^32 tokens or more: in pieces that fit
+            del self.values[len(self.counts):]
+            for value, count in self.live.items():
+                while count:
+                    piece = min(count, MAX_PIECE)
+                    self.values.append(value)
+                    self.counts.append(piece)
+                    count -= piece
+        self.live.clear()
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens that followed a gap (every output token but each request's first)."""
+        return sum(self.live.values()) + sum(self.counts)
+
+    def distribution(self):
+        if not self.values:
+            return Distribution.of_counts(self.live)
+        self._move_live()
+        return ArrayDistribution(self.values, self.counts)
+
+
+class ArrayDistribution:
+    """`Distribution`'s mean and percentiles of (value, count) pairs kept unsorted in arrays
+    (`counts` None: each value once), without sorting them all: the value at a rank is found in
+    two passes, the first counting items into NUM_BUCKETS equal ranges of value, the second
+    sorting the one range it falls in. The mean is the exactly rounded sum of the value x count
+    products (a Counter multiplies a recurring value once, by all its count: the last digit may
+    differ)."""
+    NUM_BUCKETS = 1 << 16
+
+    def __init__(self, values: array, counts: Optional[array] = None):
+        self.values, self.counts = values, counts
+        self.total = len(values) if counts is None else sum(counts)
+        self.low, high = min(values), max(values)
+        self.scale = (self.NUM_BUCKETS - 1) / (high - self.low) if high > self.low else 0.0
+        bucket_counts = array("q", bytes(8 * self.NUM_BUCKETS))
+        for value, count in self._pairs():
+            bucket_counts[self._bucket(value)] += count
+        self.bucket_ends = array("q", itertools.accumulate(bucket_counts))
+
+    def _pairs(self):
+        if self.counts is None:
+            return zip(self.values, itertools.repeat(1))
+        return zip(self.values, self.counts)
+
+    def _bucket(self, value: float) -> int:
+        return int((value - self.low) * self.scale)
+
+    def mean(self) -> float:
+        return math.fsum(value * count for value, count in self._pairs()) / self.total
+
+    def percentile(self, p: float) -> float:
+        rank = p / 100 * (self.total - 1)
+        below = math.floor(rank)
+        low = self._value_at(below)
+        high = self._value_at(min(below + 1, self.total - 1))
+        return low + (high - low) * (rank - below)
+
+    def _value_at(self, rank: int) -> float:
+        """The value at 0-based `rank` of the expanded, sorted list."""
+        bucket = bisect.bisect_right(self.bucket_ends, rank)
+        before = self.bucket_ends[bucket - 1] if bucket else 0
+        inside = Counter()
+        for value, count in self._pairs():
+            if self._bucket(value) == bucket:
+                inside[value] += count
+        in_bucket = Distribution.of_counts(inside)
+        return in_bucket.values[bisect.bisect_right(in_bucket.ends, rank - before)]
+
+
 def percentile(values: list[float], p: float) -> float:
     """The p-th percentile (0..100) of `values`, linear interpolation; 0.0 for no values."""
     return Distribution.of_samples(values).percentile(p)
@@ -141,67 +215,27 @@ class Rejection:
     prompt_len: int
 
 
-class RunRecorder:
-    """Watches every engine step of one run and keeps what the metrics need."""
+class LatencyRecorder:
+    """What `vllm bench serve` reports of a run: each request's token times and every gap."""
 
-    def __init__(self, num_total_kv_slots: int, prefix_caching: bool = False):
-        self.num_total_kv_slots = num_total_kv_slots
-        self.prefix_caching = prefix_caching
-        # -- prefix caching, in tokens, as vLLM counts it: new requests apart from resumed ones --
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
-        self.prefix_cache_resumed_queries = 0
-        self.prefix_cache_resumed_hits = 0
+    def __init__(self):
         # -- per request, in arrival order (Request.arrival_index) --
         self.arrival_s = array("d")
         self.prompt_len = array("q")
         self.status = bytearray()
-        self.is_scheduled = bytearray()          # 1 once the request got its first tokens
-        self.is_sliced = bytearray()             # 1 once a step computed part of its prompt and
-        #                                          left the rest for a later step (a chunk)
-        self.first_scheduled_s = array("d")      # ... at the start of that step
         self.first_token_s = array("d")
         self.last_token_s = array("d")
         self.num_output_tokens = array("q")
         self.rejected: list[Rejection] = []
         self.num_ended = 0   # finished or rejected so far
-        # -- per step --
-        self.itl_counts: Counter = Counter()  # seconds -> how many tokens followed that gap
-        self.num_steps = 0
-        self.num_scheduled_seqs = 0     # summed over steps: mean batch size
-        self.num_computed_tokens = 0    # summed over steps, padding included
-        self.num_padding_tokens = 0
-        self.num_prefill_tokens = 0     # computed tokens that were not decodes: prompts (less
-        #                                 their cache hits), recomputation after preemption
-        self.num_prompt_padding_tokens = 0
-        self.num_decode_tokens = 0
-        self.num_decode_tokens_beside_prompts = 0
-        self.num_preemptions = 0
-        self.num_recomputed_tokens = 0  # summed over ended requests
-        self.busy_s = 0.0                 # summed step durations
-        self.prompt_busy_s = 0.0          # ... of the steps that computed prompt tokens
-        self.decode_only_waiting_s = 0.0  # ... of decode-only steps while requests waited
-        self.idle_slot_seconds = 0.0      # STATIC's empty seats while requests waited x how long
-        self.reserved_slot_seconds = 0.0  # KV slots reserved x how long
-        self.wasted_slot_seconds = 0.0    # reserved but holding no real token
-        self.peak_reserved_slots = 0
-        # -- what kept WAITING waiting, for diagnose: seconds of the steps after which requests
-        #    waited, by what kept the head out (the budget split by what spent it) --
-        self.waiting_s: Counter = Counter()  # "kv_blocks", "max_num_seqs", "prompt_budget",
-        #                                      "decode_budget" -> seconds
-        self.waiting_request_seconds = 0.0   # requests waiting x how long
-        self.peak_num_waiting = 0
-        self.spec_decoding = SpecDecodingStats()  # drafts verified, with speculative decoding
+        self.itl_gaps = GapCounts()  # seconds -> how many tokens followed that gap
 
     def on_arrival(self, request: Request) -> None:
         request.arrival_index = len(self.status)
         self.arrival_s.append(request.arrival_s)
         self.prompt_len.append(request.prompt_len)
         self.status.append(IN_FLIGHT)
-        self.is_scheduled.append(0)
-        self.is_sliced.append(0)
-        for numbers in (self.first_scheduled_s, self.first_token_s, self.last_token_s,
-                        self.num_output_tokens):
+        for numbers in (self.first_token_s, self.last_token_s, self.num_output_tokens):
             numbers.append(0)
 
     def on_finished(self, request: Request) -> None:
@@ -214,89 +248,16 @@ class RunRecorder:
                                            request.prompt_len))
             return
         self.status[index] = FINISHED
-        self.num_recomputed_tokens += request.num_recomputed_tokens
         self.first_token_s[index] = request.first_token_s
         self.last_token_s[index] = request.last_token_s
         self.num_output_tokens[index] = request.num_output_tokens
 
-    def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
-                reserved_slots: int, used_slots: int, *, start_s: float, num_waiting: int) -> None:
-        """`reserved_slots` and `used_slots` are the KV cache's state while the step ran, which
-        began at `start_s` with `num_waiting` requests left waiting."""
-        self._count_step(step_s, batch.num_seqs, batch.num_scheduled_tokens,
-                         batch.num_padding_tokens, batch.num_decode_tokens, batch.num_idle_slots,
-                         reserved_slots, used_slots)
-        self.num_prompt_padding_tokens += batch.num_prompt_padding_tokens
-        if batch.num_scheduled_tokens > batch.num_decode_tokens:  # prompt tokens in the step
-            self.prompt_busy_s += step_s
-            self.num_decode_tokens_beside_prompts += batch.num_decode_tokens
-        elif num_waiting:
-            self.decode_only_waiting_s += step_s
-        self.num_preemptions += len(batch.preempted)
-        self._count_waiting(step_s, num_waiting, batch.admission_limit,
-                            has_prompts=batch.num_scheduled_tokens > batch.num_decode_tokens)
-        is_scheduled = self.is_scheduled
-        for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began long ago)
-            index = scheduled.request.arrival_index
-            if not is_scheduled[index]:
-                is_scheduled[index] = 1
-                # start_s is the step's end less its length, (t + d) - d, which rounding can put
-                # an ulp before an arrival at t: a queue time is never below zero.
-                self.first_scheduled_s[index] = max(start_s, self.arrival_s[index])
-            computed = scheduled.num_context_tokens + scheduled.num_new_tokens
-            if computed < scheduled.request.prompt_len:  # the step stopped inside the prompt
-                self.is_sliced[index] = 1
-        self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
-        for lookup in batch.prefix_lookups:
-            if lookup.resumed:
-                self.prefix_cache_resumed_queries += lookup.num_tokens
-                self.prefix_cache_resumed_hits += lookup.num_cached_tokens
-            else:
-                self.prefix_cache_queries += lookup.num_tokens
-                self.prefix_cache_hits += lookup.num_cached_tokens
-        itl_counts = self.itl_counts
-        for itl_s, count in result.itls:
-            itl_counts[itl_s] += count
-        for _, num_drafts, num_accepted in result.verified:
-            self.spec_decoding.observe_draft(num_drafts, num_accepted)
-        for request in result.finished:
-            self.on_finished(request)
-
-    def on_decode_run_step(self, step_s: float, run: DecodeRun, itl_s: float,
-                           reserved_slots: int, used_slots: int, *, num_waiting: int) -> None:
-        """One step of a DecodeRun: what `on_step` records for such a step."""
-        self._count_step(step_s, run.num_seqs, run.num_seqs, run.num_padding_tokens,
-                         run.num_seqs, run.num_idle_slots, reserved_slots, used_slots)
-        self.itl_counts[itl_s] += run.num_sampled
-        if num_waiting:
-            self.decode_only_waiting_s += step_s
-        self._count_waiting(step_s, num_waiting, run.admission_limit, has_prompts=False)
-
-    def _count_waiting(self, step_s: float, num_waiting: int, limit, has_prompts: bool) -> None:
-        """`num_waiting` requests were left waiting by a step of `step_s`; `limit` (an
-        AdmissionLimit, or None in NAIVE and STATIC) kept the head out."""
-        self.waiting_request_seconds += num_waiting * step_s
-        if num_waiting > self.peak_num_waiting:
-            self.peak_num_waiting = num_waiting
-        if limit is AdmissionLimit.TOKEN_BUDGET:
-            self.waiting_s["prompt_budget" if has_prompts else "decode_budget"] += step_s
-        elif limit is not None:
-            self.waiting_s[limit.value] += step_s
-
-    def _count_step(self, step_s: float, num_seqs: int, num_tokens: int, num_padding_tokens: int,
-                    num_decode_tokens: int, num_idle_slots: int, reserved_slots: int,
-                    used_slots: int) -> None:
-        self.num_steps += 1
-        self.num_scheduled_seqs += num_seqs
-        self.num_computed_tokens += num_tokens
-        self.num_padding_tokens += num_padding_tokens
-        self.num_decode_tokens += num_decode_tokens
-        self.busy_s += step_s
-        self.idle_slot_seconds += num_idle_slots * step_s
-        self.reserved_slot_seconds += reserved_slots * step_s
-        self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
-        if reserved_slots > self.peak_reserved_slots:
-            self.peak_reserved_slots = reserved_slots
+    def on_gaps(self, itls) -> None:
+        """A step's inter-token gaps: (seconds, how many tokens followed that gap) pairs."""
+        live = self.itl_gaps.live
+        for itl_s, count in itls:
+            live[itl_s] += count
+        self.itl_gaps.bound()
 
     def completed(self) -> list[RequestRecord]:
         """The finished requests, in arrival order."""
@@ -314,7 +275,6 @@ class RunRecorder:
     def num_completed(self) -> int:
         return self.status.count(FINISHED)
 
-    LATENCY_NAMES = ("ttft", "tpot", "itl", "e2el")
 
     def latency_distribution(self, name: str) -> Distribution:
         """TTFT, TPOT, ITL or E2EL over the completed requests, in seconds (one at a time: each
@@ -324,22 +284,26 @@ class RunRecorder:
         vLLM's mean and percentiles do.
         """
         if name == "itl":
-            return Distribution.of_counts(self.itl_counts)
+            return self.itl_gaps.distribution()
         arrival, first, last = self.arrival_s, self.first_token_s, self.last_token_s
         outputs = self.num_output_tokens
         done = self._completed_indexes()
         if name == "ttft":
-            return Distribution.of_samples(first[i] - arrival[i] for i in done)
-        if name == "tpot":
-            return Distribution.of_samples((last[i] - first[i]) / (outputs[i] - 1)
-                                           for i in done if outputs[i] > 1)
-        return Distribution.of_samples(last[i] - arrival[i] for i in done)
+            samples = array("d", (first[i] - arrival[i] for i in done))
+        elif name == "tpot":
+            samples = array("d", ((last[i] - first[i]) / (outputs[i] - 1)
+                                  for i in done if outputs[i] > 1))
+        else:
+            samples = array("d", (last[i] - arrival[i] for i in done))
+        if len(samples) > MANY:  # sorting them would take ~64 bytes a value
+            return ArrayDistribution(samples)
+        return Distribution.of_samples(samples)
 
     def _completed_indexes(self):
         return (i for i, status in enumerate(self.status) if status == FINISHED)
 
     def summary(self) -> dict:
-        """The run's metrics, named as in the JSON README documents (ms, s, per second)."""
+        """What `vllm bench serve` reports, named as in its JSON (ms, s, per second)."""
         num_completed = self.num_completed
         start_s = min(self.arrival_s, default=0.0)
         last_tokens = (self.last_token_s[i] for i in self._completed_indexes())
@@ -357,59 +321,88 @@ class RunRecorder:
             "output_throughput": _per_second(output_tokens, duration),
             "total_token_throughput": _per_second(input_tokens + output_tokens, duration),
         }
-        for name in self.LATENCY_NAMES:
+        for name in LATENCY_NAMES:
             distribution = self.latency_distribution(name)
             result[f"mean_{name}_ms"] = 1000 * distribution.mean()
             result[f"median_{name}_ms"] = 1000 * distribution.percentile(50)
             result[f"p99_{name}_ms"] = 1000 * distribution.percentile(99)
-        result.update({
-            "num_preemptions": self.num_preemptions,
-            "num_steps": self.num_steps,
-            "kv_waste_pct": _pct(self.wasted_slot_seconds, self.reserved_slot_seconds),
-            "peak_kv_usage_pct": _pct(self.peak_reserved_slots, self.num_total_kv_slots),
-            "mean_batch_size": self.num_scheduled_seqs / self.num_steps if self.num_steps else 0.0,
-            "padding_pct": _pct(self.num_padding_tokens, self.num_computed_tokens),
-            "prefill_tokens_computed": self.num_prefill_tokens,
-            "prefill_padding_pct": _pct(self.num_prompt_padding_tokens, self.num_computed_tokens),
-            "decode_padding_pct": _pct(self.num_padding_tokens - self.num_prompt_padding_tokens,
-                                       self.num_computed_tokens),
-            "mean_idle_batch_slots": self.idle_slot_seconds / self.busy_s if self.busy_s else 0.0,
-            "mean_queue_ms": 1000 * self._mean_queue_s(),
-            "num_recomputed_tokens": self.num_recomputed_tokens,
-            "recomputed_pct": _pct(self.num_recomputed_tokens, self.num_computed_tokens),
-            "prompt_time_pct": _pct(self.prompt_busy_s, self.busy_s),
-            "decode_only_waiting_pct": _pct(self.decode_only_waiting_s, self.busy_s),
-            "decodes_beside_prompts_pct": _pct(self.num_decode_tokens_beside_prompts,
-                                               self.num_decode_tokens),
-            "mean_kv_usage_pct": _pct(self.reserved_slot_seconds,
-                                      self.busy_s * self.num_total_kv_slots),
-            "mean_num_waiting": (self.waiting_request_seconds / self.busy_s if self.busy_s
-                                 else 0.0),
-            "peak_num_waiting": self.peak_num_waiting,
-            "longest_prompt_len": max(self.prompt_len, default=0),
-            "num_sliced_prompts": sum(self.is_sliced),
-        })
-        for cause in WAITING_CAUSES:
-            result[f"waiting_on_{cause}_pct"] = _pct(self.waiting_s[cause], self.busy_s)
-        if self.prefix_caching:
-            result.update({
-                "prefix_cache_queries": self.prefix_cache_queries,
-                "prefix_cache_hits": self.prefix_cache_hits,
-                "prefix_cache_hit_rate": _pct(self.prefix_cache_hits, self.prefix_cache_queries),
-                "prefix_cache_resumed_queries": self.prefix_cache_resumed_queries,
-                "prefix_cache_resumed_hits": self.prefix_cache_resumed_hits,
-            })
-        if self.spec_decoding.num_draft_tokens:  # as vLLM, only when drafts were verified
-            result.update(self.spec_decoding.metrics())
         return result
-
-    def _mean_queue_s(self) -> float:
-        """Mean time from arrival to first scheduled, over the completed requests."""
-        waits = [self.first_scheduled_s[i] - self.arrival_s[i] for i in self._completed_indexes()]
-        return math.fsum(waits) / len(waits) if waits else 0.0
 
     def rejections(self) -> list[Rejection]:
         return self.rejected
+
+
+class RunRecorder:
+    """Watches every engine step of one run and keeps what the metrics need, in two halves:
+    what `vllm bench serve` reports (`latencies`, above) and what the engine did, for the
+    exercises and `diagnose` (`counters`, engine_counters.py). `summary()` lists both."""
+
+    def __init__(self, num_total_kv_slots: int, prefix_caching: bool = False):
+        self.latencies = LatencyRecorder()
+        self.counters = EngineCounters(num_total_kv_slots, prefix_caching)
+
+    def on_arrival(self, request: Request) -> None:
+        self.latencies.on_arrival(request)
+        self.counters.on_arrival(request)
+
+    def on_finished(self, request: Request) -> None:
+        self.latencies.on_finished(request)
+        self.counters.on_finished(request)
+
+    def on_step(self, step_s: float, batch: SchedulerOutput, result: StepResult,
+                reserved_slots: int, used_slots: int, *, start_s: float, num_waiting: int) -> None:
+        """`reserved_slots` and `used_slots` are the KV cache's state while the step ran, which
+        began at `start_s` with `num_waiting` requests left waiting."""
+        self.counters.on_step(step_s, batch, result, reserved_slots, used_slots,
+                              start_s=start_s, num_waiting=num_waiting)
+        self.latencies.on_gaps(result.itls)
+        for request in result.finished:
+            self.on_finished(request)
+
+    def on_decode_run_step(self, step_s: float, run: DecodeRun, itl_s: float,
+                           reserved_slots: int, used_slots: int, *, num_waiting: int) -> None:
+        """One step of a DecodeRun: what `on_step` records for such a step."""
+        self.counters.on_decode_run_step(step_s, run, reserved_slots, used_slots,
+                                         num_waiting=num_waiting)
+        self.latencies.on_gaps(((itl_s, run.num_sampled),))
+
+    def summary(self) -> dict:
+        """The run's metrics, named as in the JSON README documents (ms, s, per second)."""
+        return {**self.latencies.summary(), **self.counters.summary()}
+
+    # -- what commands read of each half --
+
+    @property
+    def num_steps(self) -> int:
+        return self.counters.num_steps
+
+    @property
+    def num_completed(self) -> int:
+        return self.latencies.num_completed
+
+    @property
+    def num_ended(self) -> int:
+        return self.latencies.num_ended
+
+    @property
+    def status(self) -> bytearray:
+        return self.latencies.status
+
+    @property
+    def itl_gaps(self) -> GapCounts:
+        return self.latencies.itl_gaps
+
+    def completed(self) -> list[RequestRecord]:
+        return self.latencies.completed()
+
+    def record(self, index: int) -> RequestRecord:
+        return self.latencies.record(index)
+
+    def latency_distribution(self, name: str):
+        return self.latencies.latency_distribution(name)
+
+    def rejections(self) -> list[Rejection]:
+        return self.latencies.rejections()
 
 
 def percentile_name(p: float) -> str:
@@ -427,7 +420,7 @@ def serving_metrics(recorder: RunRecorder, percentiles: list[float], slos_ms: di
     flight.
     """
     result = add_request_goodput(recorder.summary(), recorder, slos_ms)
-    for name in recorder.LATENCY_NAMES:
+    for name in LATENCY_NAMES:
         distribution = recorder.latency_distribution(name)
         for p in percentiles:
             result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * distribution.percentile(p)

@@ -14,6 +14,7 @@ import random
 from async_scheduling import AsyncScheduler
 from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
+from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
 from scheduler import Scheduler
 from spec_decode import NO_SPECULATION
 from static_batching import StaticBatchScheduler
@@ -48,14 +49,17 @@ class StaticMode:
         return False
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
-                       acceptance_rng: random.Random) -> StaticBatchScheduler:
+                       acceptance_rng: random.Random, in_bulk: bool = False
+                       ) -> StaticBatchScheduler:
+        """`in_bulk`: the batch's decodes may be counted, not named (bulk_scheduler.py)."""
         kv_cache = ContiguousKVCache(num_gpu_blocks * config.block_size, config.max_model_len)
+        scheduler_class = BulkStaticBatchScheduler if in_bulk else StaticBatchScheduler
         if self.one_at_a_time:
-            return StaticBatchScheduler(kv_cache, max_batch_size=1, batching_window_s=0.0,
-                                        max_model_len=config.max_model_len)
-        return StaticBatchScheduler(kv_cache, max_batch_size=config.max_num_seqs,
-                                    batching_window_s=config.batching_window_ms / 1000,
-                                    max_model_len=config.max_model_len)
+            return scheduler_class(kv_cache, max_batch_size=1, batching_window_s=0.0,
+                                   max_model_len=config.max_model_len)
+        return scheduler_class(kv_cache, max_batch_size=config.max_num_seqs,
+                               batching_window_s=config.batching_window_ms / 1000,
+                               max_model_len=config.max_model_len)
 
 
 class ContinuousMode:
@@ -82,24 +86,31 @@ class ContinuousMode:
         return config.async_scheduling and (speculative is None or speculative.method != "ngram")
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
-                       acceptance_rng: random.Random, scheduler_class=None) -> Scheduler:
-        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate);
-        `scheduler_class` may be a subclass of the synchronous Scheduler that watches its
-        rules (reports/explain.py); by default the config's: AsyncScheduler or Scheduler."""
+                       acceptance_rng: random.Random, in_bulk: bool = False,
+                       scheduler_class=None) -> Scheduler:
+        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate).
+        `in_bulk`: the running decodes may be counted as a group (bulk_scheduler.py), unless
+        decodes speculate (each advances by its own accepted drafts) or steps are scheduled
+        ahead (async_scheduling.py serves every request one by one). `scheduler_class` may be
+        a subclass of the synchronous Scheduler that watches its rules (reports/explain.py)."""
         speculative = config.speculative_config
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
         kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
                                 drop_last_hit=speculative is not None and speculative.uses_eagle)
         if scheduler_class is None:
-            scheduler_class = AsyncScheduler if self.uses_async_scheduling(config) else Scheduler
-        return scheduler_class(
-            kv_cache,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
-            max_model_len=config.max_model_len,
-            enable_chunked_prefill=self.enable_chunked_prefill,
-            long_prefill_token_threshold=config.long_prefill_token_threshold,
-            speculation=speculation)
+            in_bulk = in_bulk and not speculation.num_speculative_tokens
+            if self.uses_async_scheduling(config):
+                scheduler_class = AsyncScheduler
+            else:
+                scheduler_class = BulkScheduler if in_bulk else Scheduler
+        return scheduler_class(kv_cache,
+                               max_num_seqs=config.max_num_seqs,
+                               max_num_batched_tokens=config.token_budget(
+                                   self.enable_chunked_prefill),
+                               max_model_len=config.max_model_len,
+                               enable_chunked_prefill=self.enable_chunked_prefill,
+                               long_prefill_token_threshold=config.long_prefill_token_threshold,
+                               speculation=speculation)
 
 
 MODES = {

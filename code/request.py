@@ -136,6 +136,7 @@ class Request:
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0  # tokens whose KV a preemption threw away: computed again
     num_lost_tokens: int = 0  # of them, those its latest preemption threw away
+    first_scheduled_s: Optional[float] = None  # when a step first computed its tokens
     first_token_s: Optional[float] = None
     last_token_s: Optional[float] = None
     reject_reason: Optional[str] = None

@@ -43,6 +43,8 @@ class RunningDecodes:
         self._crossing: list[dict[Request, None]] = [{} for _ in range(block_size or 0)]
         self._finishing: dict[int, list[Request]] = {}  # group step -> members whose last token
         #                                                  it samples
+        self.num_with_known_outputs = 0  # members whose outputs are known in advance (a
+        #                                  recorded answer): their full blocks can be shared
 
     def __len__(self) -> int:
         return len(self._synced_at)
@@ -82,6 +84,8 @@ class RunningDecodes:
             # steps s with lag + s = 0 (mod block_size).
             self._crossing[-lag % self.block_size][request] = None
         self._finishing.setdefault(self._last_step(request), []).append(request)
+        if request.has_known_outputs:
+            self.num_with_known_outputs += 1
 
     def _last_step(self, request: Request) -> int:
         """The group step that samples a (synced) member's last token."""
@@ -135,6 +139,8 @@ class RunningDecodes:
         lag = request.num_computed_tokens - self.step
         del self._synced_at[request]
         self._sum_lag -= lag
+        if request.has_known_outputs:
+            self.num_with_known_outputs -= 1
         if self.block_size:
             del self._crossing[-lag % self.block_size][request]
 
@@ -143,6 +149,7 @@ class RunningDecodes:
         self.sync_all()
         self._synced_at.clear()
         self._sum_lag = 0
+        self.num_with_known_outputs = 0
         for bucket in self._crossing:
             bucket.clear()
         self._finishing.clear()

@@ -35,12 +35,10 @@ longest run of its blocks already cached; those tokens count as computed, so onl
 for budget, and the blocks it found that nobody holds count against the free ones.
 
 Those rules, one request at a time, are `_schedule_running`, `_schedule_waiting` and
-`update_from_output`. Most steps need no such care for the running decodes: each gets exactly one
-token, and only the few that cross a block boundary or finish change anything. So when every
-running decode will surely get its token (the budget covers them, they all come before the
-running prompts, and the pool holds their new blocks and the prompts'), the step schedules them
-in bulk (`_schedule_running_in_bulk`, with the bookkeeping in running_decodes.py) and decides
-exactly what the rules would; otherwise it hands them back and follows the rules.
+`update_from_output`. They are all this file holds. Most steps need no such care for the running
+decodes (each gets exactly one token; only the few that cross a block boundary or finish change
+anything): `BulkScheduler` (bulk_scheduler.py, speed only) is this scheduler with the running
+decodes counted as a group, deciding exactly what these rules decide.
 
 Chunked prefill is not a second scheduler: it is `enable_chunked_prefill`, one flag read in one
 place. Async scheduling (vLLM 0.30.0's default) is a subclass that schedules with the outputs in
@@ -50,12 +48,11 @@ its pool.
 """
 
 from collections import deque
-from typing import Iterator, Optional
+from typing import Optional
 
-from batch import AdmissionLimit, DecodeRun, PrefixLookup, SchedulerOutput, StepResult
+from batch import AdmissionLimit, PrefixLookup, ScheduledRequest, SchedulerOutput, StepResult
 from kv_cache import PagedKVCache
 from request import Request, reject_if_it_can_never_run
-from running_decodes import RunningDecodes
 from spec_decode import NO_SPECULATION, Speculation
 
 
@@ -73,14 +70,6 @@ class Scheduler:
         self.speculation = speculation
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        # -- bookkeeping for the bulk path (speed only; the rules above decide the same) --
-        # False: every request one at a time (observers need them all). A speculating decode
-        # advances 1 + accepted tokens a step, drawn per request, which the group's one token
-        # a step for all (running_decodes.py) cannot follow: speculation takes the rules.
-        self.bulk_decodes = not speculation.num_speculative_tokens
-        self.decodes = RunningDecodes(max_model_len, kv_cache.block_size)
-        self._admission_order: dict[Request, int] = {}  # running request -> when admitted
-        self._num_admitted = 0
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -104,14 +93,8 @@ class Scheduler:
 
     def schedule(self, now_s: float) -> SchedulerOutput:
         output = SchedulerOutput()
-        token_budget = self.max_num_batched_tokens
-        first = 0  # RUNNING from here on is scheduled one request at a time
-        if self._decodes_can_go_in_bulk(token_budget):
-            token_budget = self._schedule_decodes_in_bulk(output, token_budget)
-            first = len(self.decodes)
-        else:
-            self.decodes.release_all()  # every request by the rules, this step
-        token_budget, prefill_scheduled = self._schedule_running(output, token_budget, first)
+        token_budget, prefill_scheduled = self._schedule_running(output,
+                                                                 self.max_num_batched_tokens)
         if not output.preempted:
             self._schedule_waiting(output, token_budget, prefill_scheduled)
         elif self.waiting:
@@ -119,10 +102,10 @@ class Scheduler:
         return output
 
     def _schedule_running(self, output: SchedulerOutput, token_budget: int,
-                          first: int) -> tuple[int, bool]:
-        """RUNNING in admission order from index `first` (the decodes before it were scheduled
-        in bulk, one token each, by `_schedule_decodes_in_bulk`). Returns the budget left, and
-        whether a request whose previous step was a prompt chunk was scheduled."""
+                          first: int = 0) -> tuple[int, bool]:
+        """RUNNING in admission order (from index `first`: BulkScheduler schedules the decodes
+        before it as a group). Returns the budget left, and whether a request whose previous
+        step was a prompt chunk was scheduled."""
         index, draft_slots = first, self.speculation.num_draft_slots
         prefill_scheduled = False
         while index < len(self.running) and token_budget > draft_slots:
@@ -156,10 +139,7 @@ class Scheduler:
         return True
 
     def _preempt(self, request: Request) -> None:
-        if request in self.decodes:
-            self.decodes.remove(request)  # its own counters, synced
         self.kv_cache.free(request, preempted=True)  # its blocks stay findable until reused
-        del self._admission_order[request]
         request.preempt()
         self.waiting.appendleft(request)
 
@@ -201,9 +181,7 @@ class Scheduler:
             self.waiting.popleft()
             request.admit()
             request.found_cached(num_cached_tokens)  # found, not computed (again)
-            self.running.append(request)
-            self._admission_order[request] = self._num_admitted
-            self._num_admitted += 1
+            self._start_running(request)
             num_placeholders = num_padded and self.speculation.num_speculative_tokens
             output.add(request, num_new_tokens, num_cached_tokens, num_placeholders,
                        padded=bool(num_padded))
@@ -231,6 +209,10 @@ class Scheduler:
         if num_cached_tokens + 1 + k + 1 > self.max_model_len:
             return 0
         return 1 + k
+
+    def _start_running(self, request: Request) -> None:
+        """The admitted request joins RUNNING, at its back (the first to be preempted)."""
+        self.running.append(request)
 
     def _batch_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
         """Is the batch full, whoever waits: the token budget spent, or max_num_seqs running?"""
@@ -280,155 +262,31 @@ class Scheduler:
         request.num_draft_tokens = 0
         return num_drafts
 
-    # -- the running decodes in bulk (speed only) ---------------------------------------------
-
-    def _decodes_can_go_in_bulk(self, token_budget: int) -> bool:
-        """The budget gives every running decode its token, and no decode comes after a running
-        request outside the group (a prompt chunk, a recomputation, a decode skipped last step):
-        then the rules give each decode exactly one token, in the group's own order."""
-        decodes, num_decodes = self.decodes, len(self.decodes)
-        if not self.bulk_decodes or num_decodes > token_budget:
-            return False
-        for index in range(num_decodes, len(self.running)):  # the others: are they last?
-            if self.running[index] in decodes:
-                return False
-        return True
-
-    def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
-        """One token for every running decode. Those that fill their last block take a new one,
-        in running order; returns the budget left."""
-        kv_cache, decodes = self.kv_cache, self.decodes
-        crossing = sorted(decodes.crossing_now(), key=self._admission_order.__getitem__)
-        if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
-            kv_cache.append_blocks([request.request_id for request in crossing])
-        else:
-            self._append_blocks_or_preempt(crossing, output)
-        if kv_cache.enable_prefix_caching:
-            self._register_completed_blocks(decodes.step)
-        num_decodes = len(decodes)
-        kv_cache.add_decode_tokens(num_decodes)
-        output.add_decodes(num_decodes, decodes.num_context_tokens)
-        return token_budget - num_decodes
-
-    def _register_completed_blocks(self, step: int) -> None:
-        """The decodes that fill their last block in the step starting at group step `step` (the
-        ones crossing into a new block at the next) register it, as allocate_slots would."""
-        decodes = self.decodes
-        filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
-        for request in sorted(filling, key=self._admission_order.__getitem__):
-            self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
-
-    def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
-        """A block each for the crossing decodes, in running order, preempting from the back of
-        RUNNING when the pool is empty, as `_allocate_or_preempt` does; a decode that has to
-        preempt itself ends the loop there (everybody after it went before it)."""
-        for request in crossing:
-            if request not in self.decodes:
-                continue  # preempted while an earlier decode looked for a block
-            while not self.kv_cache.num_free_blocks:
-                victim = self.running.pop()  # the most recently admitted
-                self._preempt(victim)
-                output.preempted.append(victim)
-                if victim is request:
-                    return
-            self.kv_cache.append_blocks([request.request_id])
-
-    def identical_decode_steps(self) -> Optional[DecodeRun]:
-        """The coming steps, while they are sure to be the same: every running request a decode
-        in the group, nobody admissible (the blocks only shrink while decodes run, so a head
-        that does not fit now will not fit then), nobody finishing, and the pool holding the
-        crossing decodes' new blocks. None when the next step is not such a step.
-
-        With prefix caching, a head that does not fit stays so too: the blocks decodes take can
-        only evict what it would find, and a free block it finds costs a block all the same.
-        Unless a decode fills a block of tokens known in advance (a recorded answer): that block
-        is registered, and the head may find it."""
-        decodes, num_decodes = self.decodes, len(self.decodes)
-        if not (self.bulk_decodes and num_decodes and len(self.running) == num_decodes):
-            return None
-        token_budget = self.max_num_batched_tokens - num_decodes
-        if token_budget < 0:
-            return None
-        limit = None
-        if self.waiting:
-            limit = self._waiting_limit(token_budget)
-            if limit is None:
-                return None  # the head could be admitted
-        if decodes.finishes_at(decodes.step + 1):
-            return None
-        if self.waiting and self.kv_cache.enable_prefix_caching and any(
-                request.has_known_outputs for request in self.running):
-            return None
-        return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
-                         decodes.num_context_tokens, 0, decodes.last_sample_s,
-                         admission_limit=limit)
-
-    def _waiting_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
-        """What keeps the head of WAITING out now, through the coming decode-only steps too; None
-        if it could be admitted now, or if its reason might change while decodes run.
-
-        The budget and the batch stay as they are, and the free blocks only shrink, so the head
-        stays out, for the same reason, with one exception: without chunked prefill, a head that
-        waits for blocks while it finds some cached may lose those to the decodes' new blocks,
-        and then wait for the budget instead. Such a step takes the rules (speed only)."""
-        limit = self._batch_limit(token_budget)
-        if limit is not None:
-            return limit
-        head = self.waiting[0]
-        cached_blocks = self.kv_cache.find_cached_prefix(head)
-        limit = self._head_limit(head, token_budget, cached_blocks)
-        if limit is AdmissionLimit.KV_BLOCKS and cached_blocks and not self.enable_chunked_prefill:
-            return None
-        return limit
-
-    def _decode_run_slots(self) -> Iterator[int]:
-        """Slots each coming decode-only step reserves, until one would finish somebody or the
-        pool could not hold its crossing decodes' blocks."""
-        decodes = self.decodes
-        num_free_blocks = self.kv_cache.num_free_blocks
-        step = decodes.step
-        while not decodes.finishes_at(step + 1):
-            num_crossing = len(decodes.crossing_at(step))
-            if num_crossing > num_free_blocks:
-                return
-            num_free_blocks -= num_crossing
-            yield num_crossing * self.kv_cache.block_size
-            step += 1
-
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
-        """The engine ran len(step_ends_s) steps of `run`: what schedule and update would have
-        done to the decodes in each of them, in order."""
-        for end_s in step_ends_s:
-            crossing = sorted(self.decodes.crossing_now(), key=self._admission_order.__getitem__)
-            self.kv_cache.append_blocks([request.request_id for request in crossing])
-            if self.kv_cache.enable_prefix_caching:
-                self._register_completed_blocks(self.decodes.step)
-            self.kv_cache.add_decode_tokens(run.num_seqs)
-            self.decodes.advance(end_s)
-
     # -- after the forward pass -------------------------------------------------------------
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
         result = StepResult()
-        if output.num_bulk_decodes:
-            self._advance_decodes(result, now_s)
         for scheduled in output.scheduled:
-            request = scheduled.request
-            request.num_computed_tokens += scheduled.num_new_tokens
-            if request.num_computed_tokens < request.num_tokens:
-                continue  # a prompt chunk: the model samples nothing until the prompt is done
-            if scheduled.num_draft_tokens:
-                finished = self._verify(request, scheduled.num_draft_tokens, result, now_s,
-                                        scheduled.padded)
-            else:
-                finished = result.sample(request, now_s, self.max_model_len)
-            if finished:
-                self._free_finished(request)  # its blocks return to the pool at once
-                continue
-            request.num_draft_tokens = self.speculation.num_speculative_tokens  # drafted now
-            if self.bulk_decodes:
-                self.decodes.join(request)
+            self._apply(scheduled, result, now_s)
         return result
+
+    def _apply(self, scheduled: ScheduledRequest, result: StepResult, now_s: float) -> bool:
+        """The step computed the request's new tokens; if it caught up, it sampled. Returns
+        whether it sampled and runs on (a decode in the next step)."""
+        request = scheduled.request
+        request.num_computed_tokens += scheduled.num_new_tokens
+        if request.num_computed_tokens < request.num_tokens:
+            return False  # a prompt chunk: the model samples nothing until the prompt is done
+        if scheduled.num_draft_tokens:
+            finished = self._verify(request, scheduled.num_draft_tokens, result, now_s,
+                                    scheduled.padded)
+        else:
+            finished = result.sample(request, now_s, self.max_model_len)
+        if finished:
+            self._free_finished(request)  # its blocks return to the pool at once
+            return False
+        request.num_draft_tokens = self.speculation.num_speculative_tokens  # drafted now
+        return True
 
     def _verify(self, request: Request, num_drafts: int, result: StepResult,
                 now_s: float, padded: bool = False) -> bool:
@@ -445,16 +303,6 @@ class Scheduler:
         num_tokens = min(1 + num_accepted, request.max_tokens - request.num_output_tokens)
         return result.sample(request, now_s, self.max_model_len, num_tokens)
 
-    def _advance_decodes(self, result: StepResult, now_s: float) -> None:
-        """The decode group's step: one token each, the same gap for each, a few finish."""
-        itl_s, num_sampled, last_tokens = self.decodes.advance(now_s)
-        result.num_bulk_sampled = num_sampled
-        result.itls.append((itl_s, num_sampled))
-        for request in sorted(last_tokens, key=self._admission_order.__getitem__):
-            result.finish_if_done(request, self.max_model_len)
-            self._free_finished(request)
-
     def _free_finished(self, request: Request) -> None:
         self.kv_cache.free(request)
-        del self._admission_order[request]
         self.running.remove(request)

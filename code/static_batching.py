@@ -27,11 +27,10 @@ drained were worse still; servesim does not charge that.) The padded context is 
 computed; servesim does not cap it at max_model_len.
 """
 
-import itertools
 from collections import deque
 from typing import Optional
 
-from batch import DecodeRun, SchedulerOutput, StepResult
+from batch import SchedulerOutput, StepResult
 from kv_cache import ContiguousKVCache
 from request import Request, reject_if_it_can_never_run
 from running_decodes import RunningDecodes
@@ -50,9 +49,8 @@ class StaticBatchScheduler:
         self.num_padded_tokens = 0  # tokens each member has computed, padding included
         # The members still owed tokens decode together, one token each per step, until each
         # reaches its end (running_decodes.py keeps their counters); the batch drains when none
-        # is left. `bulk_decodes` False: every member named in every step (observers need it).
+        # is left. BulkStaticBatchScheduler (bulk_scheduler.py) counts them without naming them.
         self.unfinished = RunningDecodes(max_model_len)
-        self.bulk_decodes = True
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -85,16 +83,17 @@ class StaticBatchScheduler:
             if not self._batch_is_due(now_s):
                 return SchedulerOutput()
             return self._form_batch_and_prefill()
-        output = SchedulerOutput()  # every member, finished ones too: they compute padding
-        if self.bulk_decodes:
-            output.add_decodes(len(self.batch), len(self.batch) * self.num_padded_tokens)
-        else:
-            for request in self.batch:
-                output.add(request, 1, self.num_padded_tokens)
+        output = SchedulerOutput()
+        self._add_members(output)
         output.num_padding_tokens = len(self.batch) - len(self.unfinished)
         output.num_idle_slots = self._num_idle_slots()
         self.kv_cache.fill(len(self.unfinished))  # the unfinished members' tokens are real
         return output
+
+    def _add_members(self, output: SchedulerOutput) -> None:
+        """Every member decodes one token, finished ones too: they compute padding."""
+        for request in self.batch:
+            output.add(request, 1, self.num_padded_tokens)
 
     def _num_idle_slots(self) -> int:
         """Seats of the running batch that a waiting request could take, were it allowed to
@@ -148,35 +147,19 @@ class StaticBatchScheduler:
 
     def _decode_step(self, result: StepResult, now_s: float) -> None:
         """Every unfinished member computed one token and sampled the next."""
-        sampled = [] if self.bulk_decodes else [r for r in self.batch if r in self.unfinished]
+        sampled = [request for request in self.batch if request in self.unfinished]
         itl_s, num_sampled, last_tokens = self.unfinished.advance(now_s)
         result.itls.append((itl_s, num_sampled))
-        if self.bulk_decodes:
-            result.num_bulk_sampled = num_sampled
-        else:
-            for request in sampled:
-                if request in self.unfinished:
-                    self.unfinished.sync(request)
-            result.sampled = sampled
+        for request in sampled:
+            if request in self.unfinished:
+                self.unfinished.sync(request)
+        result.sampled = sampled
+        self._finish(last_tokens, result)
+
+    def _finish(self, last_tokens: list[Request], result: StepResult) -> None:
+        """The members whose token this step was their last, in batch order."""
         for request in sorted(last_tokens, key=self.batch.index):
             result.finish_if_done(request, self.max_model_len)
-
-    def identical_decode_steps(self) -> Optional[DecodeRun]:
-        """While no member finishes, every decode step of the batch is the same (speed only)."""
-        num_steps = self.unfinished.steps_before_a_finish()
-        if not (self.bulk_decodes and self.prefilled and num_steps > 0):
-            return None
-        return DecodeRun(itertools.repeat(0, num_steps), len(self.batch), len(self.unfinished),
-                         len(self.batch) * self.num_padded_tokens,
-                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s,
-                         self._num_idle_slots())
-
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
-        """The engine ran len(step_ends_s) decode steps of the batch, ending at those times."""
-        for end_s in step_ends_s:
-            self.kv_cache.fill(run.num_sampled)
-            self.unfinished.advance(end_s)
-            self.num_padded_tokens += 1
 
     def _drain(self) -> None:
         for request in self.batch:

@@ -17,6 +17,7 @@ os.environ.setdefault("SERVESIM_CHECK_INVARIANTS", "1")
 
 from kv_cache import PagedKVCache  # noqa: E402
 from request import Request  # noqa: E402
+from bulk_scheduler import BulkScheduler  # noqa: E402
 from scheduler import Scheduler  # noqa: E402
 from spec_decode import NO_SPECULATION  # noqa: E402
 
@@ -42,12 +43,12 @@ def bulk(request):
 def make_scheduler(num_blocks=1000, block_size=16, budget=100, chunked=True, max_num_seqs=256,
                    max_model_len=1000, threshold=0, bulk_decodes=True,
                    speculation=NO_SPECULATION) -> Scheduler:
-    scheduler = Scheduler(PagedKVCache(num_blocks, block_size), max_num_seqs=max_num_seqs,
-                          max_num_batched_tokens=budget, max_model_len=max_model_len,
-                          enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold,
-                          speculation=speculation)
-    scheduler.bulk_decodes = bulk_decodes and scheduler.bulk_decodes
-    return scheduler
+    in_bulk = bulk_decodes and not speculation.num_speculative_tokens
+    scheduler_class = BulkScheduler if in_bulk else Scheduler
+    return scheduler_class(PagedKVCache(num_blocks, block_size), max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=budget, max_model_len=max_model_len,
+                           enable_chunked_prefill=chunked, long_prefill_token_threshold=threshold,
+                           speculation=speculation)
 
 
 def step(scheduler, now_s=0.0):
@@ -58,7 +59,8 @@ def step(scheduler, now_s=0.0):
     output = scheduler.schedule(now_s)
     in_bulk = scheduler.running[:output.num_bulk_decodes]
     scheduler.update_from_output(output, now_s)
-    scheduler.decodes.sync_all()  # so that a test reads the decodes' own counters
+    if isinstance(scheduler, BulkScheduler):
+        scheduler.decodes.sync_all()  # so that a test reads the decodes' own counters
     scheduled = {request.request_id: 1 for request in in_bulk}
     scheduled.update({s.request.request_id: s.num_new_tokens for s in output.scheduled})
     preempted = [r.request_id for r in output.preempted]

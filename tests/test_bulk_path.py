@@ -6,6 +6,7 @@ and every summary figure must come out the same, in every mode, on pools small e
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -102,3 +103,61 @@ def test_a_chart_sees_the_same_steps_whether_decodes_run_in_bulk_or_one_by_one()
             served(config, 64, rows, None, mode, observers + [chart])
             series.append(chart)
         assert series[0] == series[1], mode
+
+
+def test_the_mode_picks_the_bulk_room_only_when_nobody_reads_every_request():
+    """bulk_scheduler.py's classes serve when no observer reads every request and decodes do
+    not speculate; otherwise the plain rules (scheduler.py, static_batching.py) serve alone."""
+    from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
+    from scheduler import Scheduler
+    from spec_decode import SpeculativeConfig
+    from static_batching import StaticBatchScheduler
+    from async_scheduling import AsyncScheduler
+    config = EngineConfig(max_model_len=256, async_scheduling=False)
+    rng = random.Random(0)
+    # async scheduling serves every request one by one, bulk or not (async_scheduling.py)
+    assert type(MODES["chunked"].make_scheduler(replace(config, async_scheduling=True), 64, rng,
+                                                True)) is AsyncScheduler
+    assert type(MODES["chunked"].make_scheduler(config, 64, rng, True)) is BulkScheduler
+    assert type(MODES["chunked"].make_scheduler(config, 64, rng, False)) is Scheduler
+    assert type(MODES["static"].make_scheduler(config, 64, rng, True)) is BulkStaticBatchScheduler
+    assert type(MODES["naive"].make_scheduler(config, 64, rng, False)) is StaticBatchScheduler
+    speculating = EngineConfig(max_model_len=256, speculative_config=SpeculativeConfig(
+        method="ngram", num_speculative_tokens=2, acceptance_rate=0.5))
+    assert type(MODES["chunked"].make_scheduler(speculating, 64, rng, True)) is Scheduler
+
+
+def test_the_plain_rules_hold_no_bulk_path():
+    """The speed room is a room: the rules' files never name the bulk path's bookkeeping (STATIC
+    keeps its unfinished members in a RunningDecodes group on both paths), and the engine loop
+    asks nothing of it before schedule()."""
+    from conftest import ROOT
+    bulk_words = ("bulk_decodes", "num_bulk_decodes", "identical_decode_steps",
+                  "apply_decode_run", "add_decodes", "_admission_order")
+    for name in ("scheduler.py", "static_batching.py"):
+        code = (ROOT / "code" / name).read_text()
+        assert not [word for word in bulk_words if word in code], name
+    assert "RunningDecodes" not in (ROOT / "code" / "scheduler.py").read_text()
+    main = (ROOT / "code" / "main.py").read_text()
+    loop = main[main.index("    while True:"):main.index("steps.step(clock_s)")]  # (schedule)
+    assert "repeat" not in loop and "bulk" not in loop
+
+
+def test_runs_keep_output_tokens_per_second_as_a_chart_of_every_step_would():
+    """run without a chart keeps one number per second (OutputTokensPerSecond); the peak is the
+    one the per-step samples give, counted the way vllm bench serve counts it."""
+    from collections import Counter
+    from reports.timeseries import OutputTokensPerSecond, StepSeries
+    config = EngineConfig(max_model_len=256, default_chunked_budget=64)
+    rows = [(0.3 * i, 20 + 37 * i % 200, 1 + 53 * i % 250) for i in range(40)]
+    for mode in MODES:
+        chart = StepSeries(mode, config.block_size, is_paged=MODES[mode].is_paged)
+        per_second = OutputTokensPerSecond()
+        recorder = simulate(make_workload(rows), MODES[mode], config, 64, make_clock(config),
+                            [chart, per_second])
+        start_s = min(record.arrival_s for record in recorder.completed())
+        buckets = Counter()
+        for end_s, num_tokens in zip(chart.end_s, chart.num_output_tokens):
+            buckets[int(end_s - start_s)] += num_tokens
+        assert per_second.peak(start_s) == max(buckets.values()) > 0, mode
+        assert len(per_second.buckets) <= chart.end_s[-1] - start_s + 1 < len(chart.end_s)

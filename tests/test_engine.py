@@ -90,7 +90,7 @@ def test_a_preemption_counts_the_tokens_it_threw_away_and_they_are_computed_agai
     assert (summary["num_preemptions"], summary["num_recomputed_tokens"]) == (1, 16)
     # Every computed token is a prompt or a fed-back output (the last output never is), or
     # one computed again.
-    assert recorder.num_computed_tokens == 2 * (12 + 10 - 1) + 16
+    assert recorder.counters.num_computed_tokens == 2 * (12 + 10 - 1) + 16
     # With prefix caching, B finds again the blocks of its own the pool did not hand out
     # meanwhile: those are not computed twice.
     cached = simulate(make_workload([(0.0, 12, 10), (0.0, 12, 10)]), MODES["continuous"],

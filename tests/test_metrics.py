@@ -50,6 +50,7 @@ def finished(request_id, arrival_s, token_times):
     request = make_request(request_id, prompt_len=10, max_tokens=len(token_times),
                            arrival_s=arrival_s)
     request.status = RequestStatus.FINISHED
+    request.first_scheduled_s = arrival_s  # admitted on arrival
     for t in token_times:
         request.append_output_token(t)
     return request
@@ -65,7 +66,8 @@ def test_ttft_tpot_e2el_and_throughput_follow_vllm_bench_definitions():
     arrive_and_finish(recorder, finished("a", 0.0, [0.5, 0.6, 0.8]))  # TTFT 0.5, TPOT 0.15,
     #                                                                    E2EL 0.8
     arrive_and_finish(recorder, finished("b", 1.0, [2.0]))            # TTFT 1.0, no TPOT, E2EL 1.0
-    recorder.itl_counts.update([0.1, 0.2])
+    recorder.itl_gaps.add(0.1, 1)
+    recorder.itl_gaps.add(0.2, 1)
     summary = recorder.summary()
     assert summary["completed"] == 2
     assert summary["duration"] == 2.0               # first arrival 0.0 to last token 2.0
@@ -95,3 +97,58 @@ def test_the_recorder_keeps_no_request_once_it_ended():
     arrive_and_finish(recorder, request)
     assert not any(value is request for value in vars(recorder).values())
     assert recorder.record(0).last_token_s == 0.6 and recorder.num_completed == 1
+
+
+def test_gaps_moved_out_of_the_counter_keep_exact_percentiles(monkeypatch):
+    """A long run's gaps leave the Counter for flat arrays (metrics.GapCounts); the value at
+    every rank is still found exactly, duplicates across the moves included."""
+    from metrics import GapCounts
+    monkeypatch.setattr(GapCounts, "LIVE_LIMIT", 50)
+    rng = random.Random(3)
+    gaps, expected = GapCounts(), Counter()
+    for _ in range(2000):
+        value, count = rng.choice([0.5, 0.25]) if rng.random() < 0.1 else rng.random(), rng.randint(1, 9)
+        gaps.add(value, count)
+        gaps.bound()
+        expected[value] += count
+    assert len(gaps.values) > 0  # the arrays were used
+    exact = weighted_percentile  # the Counter's own answer
+    moved = gaps.distribution()
+    for p in (0, 1, 10, 50, 90, 99, 99.9, 100):
+        assert moved.percentile(p) == exact(expected, p)
+    assert moved.mean() == pytest.approx(sum(v * c for v, c in expected.items()) / moved.total,
+                                         rel=1e-12)
+
+
+def test_queue_time_summed_as_it_goes_is_math_fsum_of_every_wait():
+    """engine_counters.ExactSum keeps no values, yet gives what math.fsum of them all gives."""
+    from engine_counters import ExactSum
+    rng = random.Random(5)
+    values = [rng.choice([1e-9, 1.0, 1e6, 0.1]) * rng.random() for _ in range(3000)]
+    total = ExactSum()
+    for value in values:
+        total.add(value)
+    assert total.value() == math.fsum(values)
+    assert len(total.partials) < 10
+
+
+def test_many_latencies_kept_unsorted_give_the_sorted_lists_percentiles(monkeypatch):
+    """Past metrics.MANY completed requests, TTFT, TPOT and E2EL stay in flat arrays
+    (ArrayDistribution); every percentile is still the value the sorted list gives."""
+    import metrics
+    monkeypatch.setattr(metrics, "MANY", 10)
+    rng = random.Random(8)
+    recorder = RunRecorder(num_total_kv_slots=100)
+    for index in range(200):
+        arrival_s = rng.random()
+        times = sorted(arrival_s + rng.choice([0.5, rng.random()]) for _ in range(rng.randint(1, 4)))
+        arrive_and_finish(recorder, finished(str(index), arrival_s, times))
+    for name in ("ttft", "tpot", "e2el"):
+        moved = recorder.latency_distribution(name)
+        assert isinstance(moved, metrics.ArrayDistribution)
+        monkeypatch.setattr(metrics, "MANY", 10**9)
+        exact = recorder.latency_distribution(name)
+        monkeypatch.setattr(metrics, "MANY", 10)
+        for p in (0, 1, 25, 50, 75, 99, 100):
+            assert moved.percentile(p) == exact.percentile(p), (name, p)
+        assert moved.mean() == pytest.approx(exact.mean(), rel=1e-12)

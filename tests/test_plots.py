@@ -95,7 +95,7 @@ def test_itl_dots_are_the_runs_gaps(runs, svg_text):
     for run in runs:
         points = plots.itl_points(run)
         gaps = sum(point.count for point in run.series.itl_points)
-        assert gaps == sum(run.recorder.itl_counts.values())  # every token gap, counted once
+        assert gaps == run.recorder.itl_gaps.num_tokens  # every token gap, counted once
         drawn = series(panels[run.name], "each gap")
         assert len(drawn) == len(decimate_min_max(points))
 

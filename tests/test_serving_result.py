@@ -7,7 +7,8 @@ import pytest
 from conftest import servesim_here as servesim
 from metrics import peak_concurrent_requests, percentile_name
 from request import Request
-from reports.timeseries import StepSeries, peak_output_tokens_per_s
+from batch import EngineStep, SchedulerOutput, StepResult
+from reports.timeseries import OutputTokensPerSecond
 
 SMALL = ["--num-prompts", "20"]
 
@@ -141,8 +142,13 @@ def test_peak_concurrency_counts_half_open_intervals():
 
 
 def test_peak_output_tokens_counts_whole_seconds_from_the_first_arrival():
-    series = StepSeries("X", block_size=16)
-    series.end_s = [0.5, 0.9, 1.2, 1.99, 2.0]
-    series.num_output_tokens = [3, 4, 1, 6, 9]
+    tokens_per_s = OutputTokensPerSecond()
+    first = SchedulerOutput()
+    first.add(Request("r", 0.25, 1, 1), 1, 0)  # the first step admits the first arrival
+    start_s = 0.25
+    for end_s, num_tokens in [(0.5, 3), (0.9, 4), (1.2, 1), (1.99, 6), (2.0, 9)]:
+        result = StepResult(num_bulk_sampled=num_tokens)
+        tokens_per_s(EngineStep(0, start_s, end_s - start_s, first, result, 0, 0, None, 0, 0))
+        start_s = end_s
     # seconds [0.25, 1.25): 3 + 4 + 1 = 8; [1.25, 2.25): 6 + 9 = 15
-    assert peak_output_tokens_per_s(series, start_s=0.25) == 15.0
+    assert tokens_per_s.peak(start_s=0.25) == 15.0

@@ -72,7 +72,7 @@ def test_tokens_out_together_are_one_gap_apart_as_a_streaming_client_sees_them()
     recorder = serve(config, [(0.0, 100, 13)])
     record = recorder.record(0)
     assert record.num_output_tokens == 13 and recorder.num_steps == 4
-    assert sum(recorder.itl_counts.values()) == 3                     # one gap per step
+    assert recorder.itl_gaps.num_tokens == 3                     # one gap per step
     summary = recorder.summary()
     assert summary["mean_tpot_ms"] == pytest.approx(
         1000 * (record.last_token_s - record.first_token_s) / 12)  # TPOT counts tokens

@@ -1,20 +1,31 @@
 """How fast servesim simulates: fixed workloads, timed with time.perf_counter.
 
-    python3 code/commands/benchmark.py            # every workload (a few minutes)
+    python3 code/commands/benchmark.py            # every workload (several minutes)
     python3 code/commands/benchmark.py --quick    # the default workload only
+    python3 code/commands/benchmark.py vidur-10k synthetic-1m   # the workloads named
 
 This is where speed is measured, never in a test: machines are shared and noisy, so read the
 per-step costs and the ratios, and repeat a run before trusting a difference. Each workload runs
 in a fresh process of its own, so that its peak memory (maximum resident set size, MB) is its
-own; each is simulated three times there and the fastest is reported (the run the rest of the
-machine disturbed least). Columns: steps = engine steps; out tokens = simulated output tokens;
-wall s = wall time of one simulation (the workload's requests are drawn, or its trace read, as it
-runs); us/step = wall microseconds per engine step; out tok/wall s = simulated output tokens per
-wall second; peak MB = the process's maximum resident memory.
+own; each is simulated three times there (once for the million requests) and the fastest is
+reported (the run the rest of the machine disturbed least). Columns: steps = engine steps; out
+tokens = simulated output tokens; wall s = wall time of one simulation and its metrics (the
+workload's requests are drawn, or its trace read, as it runs); cpu s = the process's CPU time
+for it (what other users of a shared machine disturb less); us/step = wall microseconds per
+engine step; out tok/wall s = simulated output tokens per wall second; x floor = output tokens
+per CPU second over the CPython floor's (below, also in CPU time); x before = the previous round's wall time over this one (above 1: faster
+now; `PREVIOUS_WALL_S`, measured on this machine, as noisy); peak MB = the process's maximum
+resident memory.
 
 The floor is the same machine's CPython running the tightest loop that touches every running
 request once per step (all work inlined, no calls): what a simulator that visits every request
 every step cannot beat. servesim's decode-heavy run is set beside it.
+
+Every workload runs vLLM's synchronous scheduler (--no-async-scheduling), whose running decodes
+the bulk path counts as a group (bulk_scheduler.py). Async scheduling, vLLM 0.30.0's default and
+servesim's, schedules with outputs in flight and serves every request one by one
+(async_scheduling.py): about three times slower on long runs, with results that follow vLLM's
+async scheduler instead.
 """
 
 import json
@@ -37,13 +48,28 @@ from workload import mixed_workload, random_workload  # noqa: E402
 # Vidur's comparison setup (its 10k-request runs took 43-55 s of wall time for ~27,000 batches).
 VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4096,
                             max_num_batched_tokens=512, max_num_seqs=256,
-                            num_gpu_blocks_override=7424)
-DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5")
+                            num_gpu_blocks_override=7424, async_scheduling=False)
+DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", async_scheduling=False)
+# The previous round's figures (wall s of one simulation, this machine), for the "x before" column.
+# (The previous round timed its 2,000-request Mooncake replay under another setup, 6.9 s cached
+# and 2.0 s not: its ratio, 3.5x, is the figure to compare with, not its seconds.)
+PREVIOUS_WALL_S = {"decode-heavy": 0.34, "vidur-10k": 2.28, "synthetic-100k": 22.0}
 
 
 def vidur_trace():
     from traces.replay import trace_workload
     return trace_workload("vidur-10k")  # shipped in code/traces/data/
+
+
+def mooncake_2000():
+    from traces.replay import trace_workload
+    return trace_workload("mooncake-conversation", num_prompts=2000)  # code/traces/data/
+
+
+def default_engine(enable_prefix_caching: bool = True) -> EngineConfig:
+    return EngineConfig(**{**knobs().engine_defaults(),
+                           "enable_prefix_caching": enable_prefix_caching,
+                           "async_scheduling": False})
 
 
 def vidur_like(num_prompts: int):
@@ -55,8 +81,7 @@ def vidur_like(num_prompts: int):
 
 # name -> (what it is, workload factory, config factory, mode keys). Fixed, so runs stay comparable.
 CASES = {
-    "default": ("default mixed, 80 requests", mixed_workload,
-                lambda: EngineConfig(**knobs().engine_defaults()), list(MODES)),
+    "default": ("default mixed, 80 requests", mixed_workload, default_engine, list(MODES)),
     "decode-heavy": ("llama-3.1-8b/H100: 1,000 x (1,000 + 1,500 tok) at t=0",
                      lambda: random_workload(1000, 1500, 0.0, num_prompts=1000),
                      lambda: DECODE_HEAVY_CONFIG, ["chunked"]),
@@ -66,23 +91,32 @@ CASES = {
                       lambda: VIDUR_CONFIG, ["chunked"]),
     "synthetic-100k": ("Vidur's setup, 100,000 synthetic requests", lambda: vidur_like(100_000),
                        lambda: VIDUR_CONFIG, ["chunked"]),
+    "synthetic-1m": ("Vidur's setup, 1,000,000 synthetic requests",
+                     lambda: vidur_like(1_000_000), lambda: VIDUR_CONFIG, ["chunked"]),
+    "mooncake-2000-cached": ("Mooncake conversation, 2,000 requests, prefix caching",
+                             mooncake_2000, default_engine, ["chunked"]),
+    "mooncake-2000-uncached": ("Mooncake conversation, 2,000 requests, no prefix caching",
+                               mooncake_2000, lambda: default_engine(False), ["chunked"]),
 }
+ONCE = {"synthetic-1m"}  # a minute or more: simulated once, not three times
 
 
-def measure(case: str, mode_key: str, repeats: int = 3) -> dict:
-    """`case` in one mode, simulated `repeats` times in this process: the fastest wall time (the
-    one the rest of the machine disturbed least) and the peak memory."""
+def measure(case: str, mode_key: str) -> dict:
+    """`case` in one mode, simulated three times in this process (once if in ONCE): the fastest
+    wall time (the one the rest of the machine disturbed least) and the peak memory."""
     _, make_workload, make_config, _ = CASES[case]
     config = make_config()
     plan, clock = plan_memory(config), make_clock(config)
-    wall_times_s = []
-    for _ in range(repeats):
+    wall_times_s, cpu_times_s = [], []
+    for _ in range(1 if case in ONCE else 3):
         workload = make_workload()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         recorder = simulate(workload, MODES[mode_key], config, plan.num_gpu_blocks, clock)
+        tokens = recorder.summary()["total_output_tokens"]  # the metrics are part of the work
         wall_times_s.append(time.perf_counter() - started)
-    tokens = recorder.summary()["total_output_tokens"]
+        cpu_times_s.append(time.process_time() - started_cpu)
     return {"steps": recorder.num_steps, "tokens": tokens, "wall_s": min(wall_times_s),
+            "cpu_s": min(cpu_times_s),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -94,7 +128,7 @@ def cpython_floor_tok_s(batch: int = 256, num_steps: int = 4000, block_size: int
     outputs = [0] * batch
     blocks = [(c + block_size - 1) // block_size for c in computed]
     max_tokens = [10**9] * batch
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(num_steps):
         context = 0
         for i in range(batch):
@@ -107,7 +141,7 @@ def cpython_floor_tok_s(batch: int = 256, num_steps: int = 4000, block_size: int
             outputs[i] = n
             if n >= max_tokens[i]:
                 max_tokens[i] = 0
-    return batch * num_steps / (time.perf_counter() - started)
+    return batch * num_steps / (time.process_time() - started)
 
 
 def run_in_fresh_process(case: str, mode_key: str) -> dict:
@@ -116,35 +150,48 @@ def run_in_fresh_process(case: str, mode_key: str) -> dict:
     return json.loads(output)
 
 
-def row(label: str, mode_name: str, m: dict) -> str:
-    return (f"{label:<52} {mode_name:<19} {m['steps']:>9,} {m['tokens']:>11,} "
-            f"{m['wall_s']:>7.2f} {1e6 * m['wall_s'] / m['steps']:>8.1f} "
-            f"{m['tokens'] / m['wall_s']:>14,.0f} {m['peak_mb']:>8.1f}")
+def row(label: str, mode_name: str, m: dict, floor_tok_s: float, previous_s) -> str:
+    tok_s = m['tokens'] / m['wall_s']
+    before = f"{previous_s / m['wall_s']:.2f}" if previous_s else "-"
+    return (f"{label:<56} {mode_name:<19} {m['steps']:>9,} {m['tokens']:>11,} "
+            f"{m['wall_s']:>7.2f} {m['cpu_s']:>6.2f} {1e6 * m['wall_s'] / m['steps']:>8.1f} "
+            f"{tok_s:>14,.0f} {m['tokens'] / m['cpu_s'] / floor_tok_s:>7.2f} {before:>8} "
+            f"{m['peak_mb']:>8.1f}")
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--measure"]:
         print(json.dumps(measure(argv[1], argv[2])))
         return
-    names = ["default"] if "--quick" in argv else list(CASES)
-    print(f"{'workload':<52} {'mode':<19} {'steps':>9} {'out tokens':>11} {'wall s':>7} "
-          f"{'us/step':>8} {'out tok/wall s':>14} {'peak MB':>8}")
+    names = [name for name in argv if name in CASES] or list(CASES)
+    if "--quick" in argv:
+        names = ["default"]
+    floor = cpython_floor_tok_s()
+    print(f"{'workload':<56} {'mode':<19} {'steps':>9} {'out tokens':>11} {'wall s':>7} "
+          f"{'cpu s':>6} {'us/step':>8} {'out tok/wall s':>14} {'x floor':>7} {'x before':>8} {'peak MB':>8}")
     results = {}
     for name in names:
         label, _, _, mode_keys = CASES[name]
         for key in mode_keys:
             results[name, key] = run_in_fresh_process(name, key)
-            print(row(label, MODES[key].name, results[name, key]), flush=True)
+            print(row(label, MODES[key].name, results[name, key], floor,
+                      PREVIOUS_WALL_S.get(name) if key == "chunked" else None), flush=True)
     if ("decode-heavy", "chunked") in results:
-        floor = cpython_floor_tok_s()
         heavy = results["decode-heavy", "chunked"]
         print(f"\nCPython floor (every running request touched once per step, 256 of them): "
-              f"{floor:,.0f} tok/s; decode-heavy servesim: {heavy['tokens'] / heavy['wall_s']:,.0f} "
-              f"tok/s = {heavy['tokens'] / heavy['wall_s'] / floor:.2f}x the floor")
+              f"{floor:,.0f} tok/s; decode-heavy servesim: {heavy['tokens'] / heavy['cpu_s']:,.0f} "
+              f"tok/s = {heavy['tokens'] / heavy['cpu_s'] / floor:.2f}x the floor (both in CPU "
+              f"time)")
     if ("synthetic-10k", "chunked") in results and ("synthetic-100k", "chunked") in results:
         small, large = results["synthetic-10k", "chunked"], results["synthetic-100k", "chunked"]
         print(f"10x the requests: {large['wall_s'] / small['wall_s']:.2f}x the wall time, "
               f"{large['peak_mb'] / small['peak_mb']:.2f}x the peak memory")
+    if ("mooncake-2000-cached", "chunked") in results and (
+            "mooncake-2000-uncached", "chunked") in results:
+        cached = results["mooncake-2000-cached", "chunked"]["wall_s"]
+        uncached = results["mooncake-2000-uncached", "chunked"]["wall_s"]
+        print(f"Mooncake 2,000: prefix caching costs {cached / uncached:.2f}x the wall time of "
+              f"caching off")
 
 
 if __name__ == "__main__":

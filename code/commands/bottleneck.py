@@ -50,7 +50,8 @@ from typing import Optional
 from config import EngineConfig
 from forward_model import RooflineClock
 from gpu_memory import memory_layout
-from metrics import WAITING_CAUSES, peak_concurrent_requests
+from engine_counters import WAITING_CAUSES
+from metrics import peak_concurrent_requests
 
 # The thresholds, stated once: `diagnose --help` prints them from here (and the skill file pastes
 # that).

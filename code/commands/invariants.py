@@ -45,6 +45,7 @@ from collections import Counter
 from config import ConfigError
 from kv_cache import PagedKVCache, num_blocks_for
 from request import RequestStatus
+from bulk_scheduler import BulkScheduler
 from scheduler import Scheduler
 from static_batching import StaticBatchScheduler
 
@@ -85,8 +86,8 @@ class InvariantChecker:
 
     # -- the engine loop's side ---------------------------------------------------------------
 
-    def make_scheduler(self, config, num_gpu_blocks: int, acceptance_rng):
-        self.scheduler = self.mode.make_scheduler(config, num_gpu_blocks, acceptance_rng)
+    def make_scheduler(self, config, num_gpu_blocks: int, acceptance_rng, in_bulk: bool = False):
+        self.scheduler = self.mode.make_scheduler(config, num_gpu_blocks, acceptance_rng, in_bulk)
         return self.scheduler
 
     def caches_prefixes(self, config) -> bool:
@@ -181,7 +182,7 @@ class InvariantChecker:
     def _sync(self) -> None:
         """The decodes counted in bulk, brought up to the group's step (running_decodes.py)."""
         scheduler = self.scheduler
-        if isinstance(scheduler, Scheduler):
+        if isinstance(scheduler, BulkScheduler):
             scheduler.decodes.sync_all()
         elif isinstance(scheduler, StaticBatchScheduler):
             scheduler.unfinished.sync_all()

@@ -22,7 +22,6 @@ from reports.step_record import StepRecorder, refuse_async_scheduling
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
-from reports.timeseries import peak_output_tokens_per_s
 
 
 def add_parser(subparsers, knobs) -> None:
@@ -98,7 +97,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
     steps = steps_wanted(args, modes[0], engine)
     workload = workload_from_args(args, engine.config, engine.modes)
     with PendingFiles(outputs) as files:
-        watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
+        watch = Watch(series=outputs.svg is not None, tokens_per_s=True, timeline=outputs.timeline, step_log=files.step_log,
                       token_times=outputs.save_detailed is not None,
                       block_table=outputs.block_table, steps=steps)
         [mode_run] = serve_modes(engine, workload, watch)
@@ -109,7 +108,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
                 mode_run.steps, engine.title_lines(workload))))
         first_arrival_s = min(r.arrival_s for r in recorder.completed())
         metrics = serving_metrics(recorder, outputs.percentiles, engine.slos_ms,
-                                  peak_output_tokens_per_s(mode_run.series, first_arrival_s))
+                                  mode_run.tokens_per_s.peak(first_arrival_s))
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
             files.add_text(outputs.svg, plots.runs_svg(engine.title_lines(workload), [mode_run],

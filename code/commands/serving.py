@@ -33,7 +33,7 @@ from reports.block_table import BlockTableWatch
 from reports.step_record import StepRecorder
 from reports.tables import header_lines
 from reports.timeline import TimelineSpec, TimelineWindow
-from reports.timeseries import StepSeries
+from reports.timeseries import OutputTokensPerSecond, StepSeries
 from workload import WorkloadError
 
 
@@ -82,6 +82,7 @@ class Engine:
 @dataclass
 class Watch:
     series: bool = False
+    tokens_per_s: bool = False  # output tokens per second only (run's peak, without a chart)
     timeline: Optional[TimelineSpec] = None
     token_times: bool = False
     step_log: Optional[StepLog] = None
@@ -94,6 +95,7 @@ class ModeRun:
     name: str
     recorder: RunRecorder
     series: Optional[StepSeries] = None
+    tokens_per_s: Optional[OutputTokensPerSecond] = None
     timeline: Optional[TimelineWindow] = None
     token_times: Optional[TokenTimes] = None
     block_table: Optional[BlockTableWatch] = None
@@ -107,12 +109,14 @@ def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
         series = None
         if watch.series:
             series = StepSeries(mode.name, engine.config.block_size, is_paged=mode.is_paged)
+        tokens_per_s = OutputTokensPerSecond() if watch.tokens_per_s else None
         timeline = TimelineWindow(watch.timeline) if watch.timeline else None
         token_times = TokenTimes() if watch.token_times else None
         block_table = None
         if watch.block_table is not None:
             block_table = BlockTableWatch(watch.block_table, engine.config.block_size)
-        observers = [o for o in (series, timeline, token_times, block_table) if o is not None]
+        observers = [o for o in (series, tokens_per_s, timeline, token_times, block_table)
+                     if o is not None]
         if watch.step_log:
             observers.append(watch.step_log.observer(mode.name,
                                                      mode.caches_prefixes(engine.config)))
@@ -121,8 +125,8 @@ def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
             recorder = engine.serve(workload, steps, [*observers, steps])
         else:
             recorder = engine.serve(workload, mode, observers)
-        runs.append(ModeRun(mode.name, recorder, series, timeline, token_times, block_table,
-                            steps))
+        runs.append(ModeRun(mode.name, recorder, series, tokens_per_s, timeline, token_times,
+                            block_table, steps))
     return runs
 
 

@@ -196,7 +196,7 @@ def run_points(modes: list, specs: list, load_name: str) -> list[SweepPoint]:
                 block_size = engine.config.block_size
                 metrics["num_gpu_blocks"] = engine.plan.num_gpu_blocks  # this point's pool
                 metrics["min_free_blocks"] = (engine.plan.num_gpu_blocks
-                                              - recorder.peak_reserved_slots // block_size)
+                                              - recorder.counters.peak_reserved_slots // block_size)
                 if load_name == "max_num_batched_tokens":
                     metrics["budget_blocks"] = num_blocks_for(int(load), block_size)
             points.append(SweepPoint(mode.name, load_name, load, metrics))

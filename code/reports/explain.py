@@ -69,7 +69,6 @@ class ExplainedScheduler(Scheduler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.bulk_decodes = False  # every request one at a time: each gets its sentence
         self.arrivals: list[Request] = []  # since the last step, in order (rejected ones too)
         self.notes: Optional[ScheduleNotes] = None
         self._freed_tables: dict[str, list[int]] = {}  # given back since last asked

@@ -124,7 +124,8 @@ class StepRecorder:
 
     # -- the mode's side ----------------------------------------------------------------------
 
-    def make_scheduler(self, config, num_gpu_blocks: int, acceptance_rng):
+    def make_scheduler(self, config, num_gpu_blocks: int, acceptance_rng, in_bulk: bool = False):
+        """Always the plain rules, whatever `in_bulk` says: the page names every request."""
         self.scheduler = self.mode.make_scheduler(config, num_gpu_blocks, acceptance_rng,
                                                   scheduler_class=ExplainedScheduler)
         self.num_blocks = num_gpu_blocks

@@ -15,11 +15,13 @@ per step, all on the virtual clock:
 and every inter-token gap (ITL) the step ended, once per distinct value with its count: a decode
 step in which 64 requests waited 31 ms each is one entry (t, 0.031 s, 64), as in metrics.py.
 
-Only runs that ask for charts or the `run` block attach it, so the default path pays nothing.
+Only runs that draw charts attach it (one sample a step is what a chart of every step needs);
+`run` without a chart keeps `OutputTokensPerSecond`, one number per second of the virtual clock.
 """
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Optional
 
 from batch import EngineStep
 
@@ -58,14 +60,27 @@ class StepSeries:
             self.itl_points.append(ItlPoint(end_s, itl_s, count))
 
 
-def peak_output_tokens_per_s(series: StepSeries, start_s: float) -> float:
-    """`vllm bench serve`'s "Peak output token throughput": the most tokens in one whole second.
-
-    Seconds are counted from `start_s` (the first completed request's arrival), as whole buckets
-    [0 s, 1 s), [1 s, 2 s), ...; a token belongs to the bucket in which its step ended.
+@dataclass
+class OutputTokensPerSecond:
+    """Output tokens in each whole second of the virtual clock, counted from the first served
+    request's arrival: all that `vllm bench serve`'s peak output token throughput needs, one
+    number a second however many steps the run takes (what `run` keeps when it draws no chart).
     """
-    buckets = Counter()
-    for end_s, num_tokens in zip(series.end_s, series.num_output_tokens):
+    start_s: Optional[float] = None
+    buckets: Counter = field(default_factory=Counter)  # whole seconds from start_s -> tokens
+    needs_every_request = False  # sums only
+
+    def __call__(self, step: EngineStep) -> None:
+        if self.start_s is None:  # the first step admits the head of WAITING, the earliest
+            self.start_s = min(s.request.arrival_s for s in step.batch.scheduled)  # to complete
+        num_tokens = step.result.num_output_tokens
         if num_tokens:
-            buckets[int(end_s - start_s)] += num_tokens
-    return float(max(buckets.values(), default=0))
+            self.buckets[int(step.start_s + step.step_s - self.start_s)] += num_tokens
+
+    def peak(self, start_s: float) -> float:
+        """`vllm bench serve`'s "Peak output token throughput": the most tokens in one whole
+        second. Seconds are counted from `start_s` (the first completed request's arrival, the
+        start this observer took), as whole buckets [0 s, 1 s), [1 s, 2 s), ...; a token belongs
+        to the bucket in which its step ended."""
+        assert start_s == self.start_s, (start_s, self.start_s)
+        return float(max(self.buckets.values(), default=0))

@@ -1,0 +1,300 @@
+"""The speed room: the same schedulers, with the running decodes counted as a group.
+
+Nothing here is a rule of vLLM's scheduler. Every rule a learner reads is in scheduler.py (vLLM
+V1) and static_batching.py (STATIC, NAIVE); the classes here subclass them and decide exactly
+what they decide, with less work per step:
+
+    BulkScheduler             vLLM V1's rules, with the running decodes kept in bulk
+                              (running_decodes.py) whenever the rules would surely give each of
+                              them one token: the budget covers them, they all come before the
+                              running prompts, and the pool holds their new blocks (or the
+                              scheduler preempts as the rules do). Otherwise the step hands them
+                              back and follows the rules one request at a time.
+    BulkStaticBatchScheduler  STATIC's batch, its decodes counted instead of named
+    repeat_identical_decode_steps
+                              after a step, the coming steps the scheduler is sure are the same
+                              decode-only batch, priced and recorded without asking it again
+
+The mode picks a class here when nobody needs every request of every step (a step log, a
+timeline, a block table do; a chart or the metrics do not) and speculative decoding is off (a
+speculating decode advances 1 + accepted tokens a step, drawn per request, which the group's one
+token a step for all cannot follow). tests/test_bulk_path.py checks that both paths give the same
+results.
+"""
+
+import itertools
+from typing import Iterator, Optional
+
+from batch import (AdmissionLimit, DecodeRun, EngineStep, SchedulerOutput, StepResult)
+from request import Request
+from running_decodes import RunningDecodes
+from scheduler import Scheduler
+from static_batching import StaticBatchScheduler
+
+
+class BulkScheduler(Scheduler):
+    """vLLM V1's scheduler (scheduler.py), its running decodes scheduled as a group."""
+
+    def __init__(self, kv_cache, **rules):
+        super().__init__(kv_cache, **rules)
+        assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
+        self.decodes = RunningDecodes(self.max_model_len, kv_cache.block_size)
+        self._admission_order: dict[Request, int] = {}  # running request -> when admitted
+        self._num_admitted = 0
+
+    # -- the rules' hooks, with the group kept up to date ----------------------------------------
+
+    def _schedule_running(self, output: SchedulerOutput, token_budget: int,
+                          first: int = 0) -> tuple[int, bool]:
+        if self._decodes_can_go_in_bulk(token_budget):
+            token_budget = self._schedule_decodes_in_bulk(output, token_budget)
+            first = len(self.decodes)
+        else:
+            self.decodes.release_all()  # every request by the rules, this step
+        return super()._schedule_running(output, token_budget, first)
+
+    def _start_running(self, request: Request) -> None:
+        super()._start_running(request)
+        self._admission_order[request] = self._num_admitted
+        self._num_admitted += 1
+
+    def _preempt(self, request: Request) -> None:
+        if request in self.decodes:
+            self.decodes.remove(request)  # its own counters, synced, before its blocks go
+        del self._admission_order[request]
+        super()._preempt(request)
+
+    def _free_finished(self, request: Request) -> None:
+        del self._admission_order[request]
+        super()._free_finished(request)
+
+    def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
+        result = StepResult()
+        if output.num_bulk_decodes:
+            self._advance_decodes(result, now_s)
+        for scheduled in output.scheduled:
+            if self._apply(scheduled, result, now_s):
+                self.decodes.join(scheduled.request)  # one token behind: a decode next step
+        return result
+
+    # -- the running decodes in bulk -----------------------------------------------------------
+
+    def _decodes_can_go_in_bulk(self, token_budget: int) -> bool:
+        """The budget gives every running decode its token, and no decode comes after a running
+        request outside the group (a prompt chunk, a recomputation, a decode skipped last step):
+        then the rules give each decode exactly one token, in the group's own order."""
+        decodes, num_decodes = self.decodes, len(self.decodes)
+        if num_decodes > token_budget:
+            return False
+        for index in range(num_decodes, len(self.running)):  # the others: are they last?
+            if self.running[index] in decodes:
+                return False
+        return True
+
+    def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
+        """One token for every running decode. Those that fill their last block take a new one,
+        in running order; returns the budget left."""
+        kv_cache, decodes = self.kv_cache, self.decodes
+        crossing = sorted(decodes.crossing_now(), key=self._admission_order.__getitem__)
+        if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
+            kv_cache.append_blocks([request.request_id for request in crossing])
+        else:
+            self._append_blocks_or_preempt(crossing, output)
+        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
+            self._register_completed_blocks(decodes.step)
+        num_decodes = len(decodes)
+        kv_cache.add_decode_tokens(num_decodes)
+        output.add_decodes(num_decodes, decodes.num_context_tokens)
+        return token_budget - num_decodes
+
+    def _register_completed_blocks(self, step: int) -> None:
+        """The decodes that fill their last block in the step starting at group step `step` (the
+        ones crossing into a new block at the next) register it, as allocate_slots would."""
+        decodes = self.decodes
+        filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
+        for request in sorted(filling, key=self._admission_order.__getitem__):
+            self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
+
+    def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
+        """A block each for the crossing decodes, in running order, preempting from the back of
+        RUNNING when the pool is empty, as `_allocate_or_preempt` does; a decode that has to
+        preempt itself ends the loop there (everybody after it went before it)."""
+        for request in crossing:
+            if request not in self.decodes:
+                continue  # preempted while an earlier decode looked for a block
+            while not self.kv_cache.num_free_blocks:
+                victim = self.running.pop()  # the most recently admitted
+                self._preempt(victim)
+                output.preempted.append(victim)
+                if victim is request:
+                    return
+            self.kv_cache.append_blocks([request.request_id])
+
+    def _advance_decodes(self, result: StepResult, now_s: float) -> None:
+        """The decode group's step: one token each, the same gap for each, a few finish."""
+        itl_s, num_sampled, last_tokens = self.decodes.advance(now_s)
+        result.num_bulk_sampled = num_sampled
+        result.itls.append((itl_s, num_sampled))
+        for request in sorted(last_tokens, key=self._admission_order.__getitem__):
+            result.finish_if_done(request, self.max_model_len)
+            self._free_finished(request)
+
+    # -- identical steps in a row ----------------------------------------------------------------
+
+    def identical_decode_steps(self) -> Optional[DecodeRun]:
+        """The coming steps, while they are sure to be the same: every running request a decode
+        in the group, nobody admissible (the blocks only shrink while decodes run, so a head
+        that does not fit now will not fit then), nobody finishing, and the pool holding the
+        crossing decodes' new blocks. None when the next step is not such a step.
+
+        With prefix caching, a head that does not fit stays so too: the blocks decodes take can
+        only evict what it would find, and a free block it finds costs a block all the same.
+        Unless a decode fills a block of tokens known in advance (a recorded answer): that block
+        is registered, and the head may find it."""
+        decodes, num_decodes = self.decodes, len(self.decodes)
+        if not (num_decodes and len(self.running) == num_decodes):
+            return None
+        token_budget = self.max_num_batched_tokens - num_decodes
+        if token_budget < 0:
+            return None
+        limit = None
+        if self.waiting:
+            limit = self._waiting_limit(token_budget)
+            if limit is None:
+                return None  # the head could be admitted
+        if decodes.finishes_at(decodes.step + 1):
+            return None
+        if self.waiting and self.kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
+            return None  # (every running request is in the group)
+        return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
+                         decodes.num_context_tokens, 0, decodes.last_sample_s,
+                         admission_limit=limit)
+
+    def _waiting_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
+        """What keeps the head of WAITING out now, through the coming decode-only steps too; None
+        if it could be admitted now, or if its reason might change while decodes run.
+
+        The budget and the batch stay as they are, and the free blocks only shrink, so the head
+        stays out, for the same reason, with one exception: without chunked prefill, a head that
+        waits for blocks while it finds some cached may lose those to the decodes' new blocks,
+        and then wait for the budget instead. Such a step takes the rules."""
+        limit = self._batch_limit(token_budget)
+        if limit is not None:
+            return limit
+        head = self.waiting[0]
+        cached_blocks = self.kv_cache.find_cached_prefix(head)
+        limit = self._head_limit(head, token_budget, cached_blocks)
+        if limit is AdmissionLimit.KV_BLOCKS and cached_blocks and not self.enable_chunked_prefill:
+            return None
+        return limit
+
+    def _decode_run_slots(self) -> Iterator[int]:
+        """Slots each coming decode-only step reserves, until one would finish somebody or the
+        pool could not hold its crossing decodes' blocks."""
+        decodes = self.decodes
+        num_free_blocks = self.kv_cache.num_free_blocks
+        step = decodes.step
+        while not decodes.finishes_at(step + 1):
+            num_crossing = len(decodes.crossing_at(step))
+            if num_crossing > num_free_blocks:
+                return
+            num_free_blocks -= num_crossing
+            yield num_crossing * self.kv_cache.block_size
+            step += 1
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """The engine ran len(step_ends_s) steps of `run`: what schedule and update would have
+        done to the decodes in each of them, in order."""
+        for end_s in step_ends_s:
+            crossing = sorted(self.decodes.crossing_now(), key=self._admission_order.__getitem__)
+            self.kv_cache.append_blocks([request.request_id for request in crossing])
+            if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
+                self._register_completed_blocks(self.decodes.step)
+            self.kv_cache.add_decode_tokens(run.num_seqs)
+            self.decodes.advance(end_s)
+
+
+class BulkStaticBatchScheduler(StaticBatchScheduler):
+    """STATIC's batch (static_batching.py), its decode steps counted instead of named."""
+
+    def _add_members(self, output: SchedulerOutput) -> None:
+        output.add_decodes(len(self.batch), len(self.batch) * self.num_padded_tokens)
+
+    def _decode_step(self, result: StepResult, now_s: float) -> None:
+        itl_s, num_sampled, last_tokens = self.unfinished.advance(now_s)
+        result.itls.append((itl_s, num_sampled))
+        result.num_bulk_sampled = num_sampled
+        self._finish(last_tokens, result)
+
+    def identical_decode_steps(self) -> Optional[DecodeRun]:
+        """While no member finishes, every decode step of the batch is the same."""
+        num_steps = self.unfinished.steps_before_a_finish()
+        if not (self.prefilled and num_steps > 0):
+            return None
+        return DecodeRun(itertools.repeat(0, num_steps), len(self.batch), len(self.unfinished),
+                         len(self.batch) * self.num_padded_tokens,
+                         len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s,
+                         self._num_idle_slots())
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """The engine ran len(step_ends_s) decode steps of the batch, ending at those times."""
+        for end_s in step_ends_s:
+            self.kv_cache.fill(run.num_sampled)
+            self.unfinished.advance(end_s)
+            self.num_padded_tokens += 1
+
+
+BULK_SCHEDULERS = (BulkScheduler, BulkStaticBatchScheduler)
+
+
+def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
+                                  observers) -> float:
+    """After a step: when the scheduler is sure its coming steps are the same decode-only batch
+    (NAIVE and STATIC between finishes; continuous batching of decodes alone, nobody
+    admissible), price and record those steps here without asking it again: every step still on
+    its own, as main.simulate's loop would, until one would change something or an arrival is
+    due (it must be admitted first). Returns the clock after them (`clock_s` if none ran)."""
+    if not isinstance(scheduler, BULK_SCHEDULERS):
+        return clock_s  # the rules, one step at a time
+    run = scheduler.identical_decode_steps()
+    if run is None:
+        return clock_s
+    next_arrival_s = arrivals.next_arrival_s()
+    kv_cache = scheduler.kv_cache
+    reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
+    context, last_token_s = run.num_context_tokens, run.last_token_s
+    step_ends_s = []
+    for new_slots in run.new_slots_reserved:
+        if next_arrival_s is not None and next_arrival_s <= clock_s:
+            break
+        reserved, used = reserved + new_slots, used + run.num_sampled
+        step_s = clock.decode_step_time_s(run.num_seqs, context)
+        clock_s += step_s
+        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
+                                    num_waiting=len(scheduler.waiting))
+        if observers:
+            _observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s,
+                                     step_s, clock_s - last_token_s, reserved, used)
+        step_ends_s.append(clock_s)
+        context += run.num_seqs
+        last_token_s = clock_s
+    if step_ends_s:
+        scheduler.apply_decode_run(run, step_ends_s)
+    return clock_s
+
+
+def _observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s, step_s,
+                             itl_s, reserved, used) -> None:
+    """What an observer of sums (a chart) sees of one repeated step: the step as it ran."""
+    batch = SchedulerOutput()
+    batch.add_decodes(run.num_seqs, context)
+    batch.num_padding_tokens = run.num_padding_tokens
+    result = StepResult(num_bulk_sampled=run.num_sampled, itls=[(itl_s, run.num_sampled)])
+    free_blocks = scheduler.num_free_blocks  # the pool is not touched until the run is applied
+    if free_blocks is not None:
+        kv_cache = scheduler.kv_cache
+        free_blocks -= (reserved - kv_cache.num_reserved_slots) // kv_cache.block_size
+    for observe in observers:
+        observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
+                           len(scheduler.running), len(scheduler.waiting), free_blocks, reserved,
+                           used))
