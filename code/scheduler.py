@@ -89,6 +89,16 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def receive_remote_kv(self, request: Request) -> None:
+        """Prefill/decode disaggregation (disaggregation.py): a request whose prompt KV another
+        engine computed, now landed in blocks it already holds, joins RUNNING at the back, as
+        vLLM moves a request from WAITING_FOR_REMOTE_KVS. Its last prompt token is computed
+        here, which samples its first token (vLLM's scheduler recomputes that one token)."""
+        request.admit()
+        self.running.append(request)
+        self._admission_order[request] = self._num_admitted
+        self._num_admitted += 1
+
     def next_wakeup_s(self) -> None:
         """Continuous batching never waits on a timer: an idle engine waits for an arrival."""
         return None

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
-from commands import progress
+from commands import cluster_flags, progress
 from commands.output_files import check_paths
 from commands.serving import Engine
 from commands.speculative_flag import EXAMPLE as SPECULATIVE_EXAMPLE
@@ -120,6 +120,7 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     group.add_argument("--linear-decode-token-ms", type=float, metavar="MS",
                        default=DEFAULTS.linear_decode_token_ms,
                        help="linear clock: per decode token (default 0.5)")
+    cluster_flags.add_cluster_flags(parser)
 
 
 class Switch(argparse.BooleanOptionalAction):
@@ -296,7 +297,9 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     for mode in modes:
         mode.check(config, name)
     slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
-    return Engine(context.simulate, config, modes, plan_memory(config), make_clock(config),
+    plan = plan_memory(config)
+    simulate = cluster_flags.cluster_simulate(args, context.simulate, config, modes, plan)
+    return Engine(simulate, config, modes, plan, make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
 
 

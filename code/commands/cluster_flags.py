@@ -1,0 +1,110 @@
+"""Flags for many engines: `--data-parallel-size`, `--router`, `--pd`, `--kv-transfer-bandwidth`.
+
+    --data-parallel-size N     vLLM's flag: N replicas of the engine, each on its own GPUs
+                               (--tensor-parallel-size of them), behind one router
+    --router NAME              round-robin (default), least-loaded, prefix-aware (router.py)
+    --pd P:D                   P prefill engines and D decode engines (disaggregation.py).
+                               vLLM spells it per instance, `--kv-transfer-config '{"kv_connector":
+                               "NixlConnector", "kv_role": "kv_producer" | "kv_consumer"}'`, one
+                               process each, with a proxy in front; one simulator runs both
+                               pools, so one flag names their sizes (llm-d's and Dynamo's
+                               deployments size prefill and decode pools the same way)
+    --kv-transfer-bandwidth L  the link the KV moves over: nvlink, infiniband (default), pcie, or
+                               GB/s per GPU each way
+
+One replica and no --pd is today's engine, main.simulate itself: the output is unchanged.
+"""
+
+import argparse
+from functools import partial
+
+from cluster import ClusterSpec, simulate_cluster
+from config import ConfigError
+from disaggregation import DEFAULT_LINK, LINKS, PDSpec, can_hold_one_request
+from router import ROUTERS
+
+MAX_ENGINES = 64  # a simulator's bound: enough for any sweep, small enough to stay quick
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("many engines (cluster.py)")
+    group.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+                       help="replicas of the engine behind one router (default 1: one engine)")
+    group.add_argument("--router", default="round-robin", choices=ROUTERS,
+                       help="where an arriving request goes: round-robin (default); "
+                            "least-loaded (vLLM's DP balancer: lowest 4 x waiting + running); "
+                            "prefix-aware (llm-d's scorers: 3 x prefix cache hit + 2 x queue + "
+                            "2 x free KV)")
+    group.add_argument("--pd", default=None, metavar="P:D",
+                       help="prefill/decode disaggregation: P prefill engines, D decode engines "
+                            "(e.g. 1:1); the KV moves between them (continuous or chunked modes)")
+    group.add_argument("--kv-transfer-bandwidth", default=None, metavar="LINK",
+                       help=f"with --pd: the link for the KV: {', '.join(LINKS)} (default "
+                            f"{DEFAULT_LINK}), or GB/s per GPU each way")
+
+
+def cluster_simulate(args: argparse.Namespace, simulate, config, modes, plan):
+    """main.simulate, or the cluster's loop over several engines when the flags ask for it."""
+    spec = cluster_spec_from_args(args, config, modes, plan)
+    if spec is None:
+        return simulate
+    return partial(simulate_cluster, spec)
+
+
+def cluster_spec_from_args(args, config, modes, plan):
+    size = getattr(args, "data_parallel_size", 1)
+    if size < 1 or size > MAX_ENGINES:
+        raise ConfigError(f"--data-parallel-size {size}: give 1 to {MAX_ENGINES} replicas")
+    pd_text = getattr(args, "pd", None)
+    if pd_text is None:
+        if getattr(args, "kv_transfer_bandwidth", None) is not None:
+            raise ConfigError("--kv-transfer-bandwidth sets the link between prefill and decode "
+                              "engines: give it with --pd P:D")
+        if size == 1:
+            return None
+        return ClusterSpec(size, args.router)
+    if size != 1:
+        raise ConfigError(f"--pd {pd_text} names every engine (P prefill + D decode); leave out "
+                          f"--data-parallel-size {size}")
+    num_prefill, num_decode = parse_pd(pd_text)
+    for mode in modes:
+        if not mode.is_paged:
+            raise ConfigError(f"--pd moves KV blocks between engines, and {mode.name} has none "
+                              "(it reserves max_model_len slots in one piece): use --mode "
+                              "continuous or chunked")
+    if not can_hold_one_request(plan.num_gpu_blocks, config.block_size, config.max_model_len):
+        raise ConfigError(f"--pd: a decode engine's {plan.num_gpu_blocks} blocks of "
+                          f"{config.block_size} tokens cannot hold one request of "
+                          f"--max-model-len {config.max_model_len}: give more blocks or a "
+                          "shorter --max-model-len")
+    bandwidth, latency_s, link = parse_bandwidth(args.kv_transfer_bandwidth)
+    pd = PDSpec(num_prefill, num_decode, bandwidth, latency_s, link, plan.kv_bytes_per_token)
+    return ClusterSpec(1, args.router, pd)
+
+
+def parse_pd(text: str) -> tuple[int, int]:
+    parts = text.split(":")
+    try:
+        num_prefill, num_decode = (int(part) for part in parts)
+    except ValueError:
+        raise ConfigError(f"--pd {text!r}: give P:D, prefill and decode engines, e.g. 1:1 or 3:1")
+    if num_prefill < 1 or num_decode < 1 or num_prefill + num_decode > MAX_ENGINES:
+        raise ConfigError(f"--pd {text}: at least one prefill and one decode engine, at most "
+                          f"{MAX_ENGINES} in all")
+    return num_prefill, num_decode
+
+
+def parse_bandwidth(text) -> tuple[float, float, str]:
+    if text is None:
+        text = DEFAULT_LINK
+    if text in LINKS:
+        bandwidth, latency_s = LINKS[text]
+        return bandwidth, latency_s, text
+    try:
+        bandwidth = float(text)
+    except ValueError:
+        bandwidth = float("nan")
+    if not bandwidth > 0 or bandwidth == float("inf"):
+        raise ConfigError(f"--kv-transfer-bandwidth {text!r}: give {', '.join(LINKS)} or a "
+                          "positive number of GB/s")
+    return bandwidth, LINKS[DEFAULT_LINK][1], "custom"

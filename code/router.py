@@ -1,0 +1,116 @@
+"""The router: which replica an arriving request goes to (`--router`).
+
+    round-robin    replica 0, 1, ..., N-1, 0, ...: blind to load and to caches
+    least-loaded   the lowest 4 x waiting + running, as vLLM's data-parallel load balancer
+                   scores its engines (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.
+                   get_core_engine_for_request: `score = waiting * 4 + running`, lowest wins,
+                   ties to the lowest index)
+    prefix-aware   llm-d's scorers, weighted as llm-d-inference-scheduler's default profile
+                   (deploy/config, "optimized-baseline": queue-scorer 2, kv-cache-utilization-
+                   scorer 2, prefix-cache-scorer 3, max-score-picker): each scorer gives every
+                   replica a score in [0, 1], the weighted sum picks
+
+llm-d's three scorers, as this router computes them from each replica's real state:
+
+    prefix cache     blocks of the prompt found in the replica's prefix cache (its real block
+                     hashes, kv_cache.py) / blocks of the prompt looked up
+    queue            (most waiting - its waiting) / (most - fewest), over the replicas; 1 for all
+                     when they wait alike
+    KV utilization   1 - its reserved KV blocks / its pool
+
+llm-d's "precise" prefix scorer reads the engines' KV events; its default one guesses from the
+prompts it routed. Reading the caches directly is the precise one. Ties, which llm-d's picker
+breaks at random, go to the lowest index here, so a run is the same byte for byte.
+Each choice comes back with a short reason, which the step log records (`routed`).
+"""
+
+from typing import Optional
+
+LLM_D_WEIGHTS = {"prefix": 3, "queue": 2, "kv": 2}  # llm-d-inference-scheduler's defaults
+ROUTERS = ("round-robin", "least-loaded", "prefix-aware")
+
+
+class RoundRobin:
+    def __init__(self):
+        self.next_index = 0
+
+    def choose(self, request, replicas) -> tuple[int, str]:
+        index = self.next_index % len(replicas)
+        self.next_index += 1
+        return index, "round-robin"
+
+
+class LeastLoaded:
+    @staticmethod
+    def choose(request, replicas) -> tuple[int, str]:
+        scores = [load_score(replica) for replica in replicas]
+        index = scores.index(min(scores))
+        replica = replicas[index]
+        return index, (f"least-loaded: 4 x {replica.num_waiting} waiting + "
+                       f"{replica.num_running} running = {scores[index]}")
+
+
+class PrefixAware:
+    @staticmethod
+    def choose(request, replicas) -> tuple[int, str]:
+        prefix = [prefix_score(replica, request) for replica in replicas]
+        queue = queue_scores(replicas)
+        kv = [1.0 - kv_usage(replica) for replica in replicas]
+        totals = [LLM_D_WEIGHTS["prefix"] * p + LLM_D_WEIGHTS["queue"] * q
+                  + LLM_D_WEIGHTS["kv"] * k for p, q, k in zip(prefix, queue, kv)]
+        index = totals.index(max(totals))
+        return index, (f"prefix-aware: 3 x prefix {prefix[index]:.2f} + 2 x queue "
+                       f"{queue[index]:.2f} + 2 x kv {kv[index]:.2f} = {totals[index]:.2f}")
+
+
+def make_router(name: str):
+    return {"round-robin": RoundRobin, "least-loaded": LeastLoaded,
+            "prefix-aware": PrefixAware}[name]()
+
+
+def load_score(replica) -> int:
+    return 4 * replica.num_waiting + replica.num_running
+
+
+def queue_scores(replicas) -> list[float]:
+    waiting = [replica.num_waiting for replica in replicas]
+    most, fewest = max(waiting), min(waiting)
+    if most == fewest:
+        return [1.0] * len(replicas)
+    return [(most - w) / (most - fewest) for w in waiting]
+
+
+def kv_usage(replica) -> float:
+    """Share of the replica's KV blocks held (NAIVE and STATIC: of its slots reserved)."""
+    kv_cache = replica.scheduler.kv_cache
+    return kv_cache.num_reserved_slots / kv_cache.num_total_slots
+
+
+def prefix_score(replica, request) -> float:
+    """Share of the prompt's lookable blocks the replica holds in its prefix cache."""
+    num_blocks = num_lookup_blocks(replica, request)
+    if not num_blocks:
+        return 0.0
+    return cached_prefix_blocks(replica, request, num_blocks) / num_blocks
+
+
+def num_lookup_blocks(replica, request) -> Optional[int]:
+    """Full blocks of known prompt tokens the engine would look up: at most (prompt - 1) //
+    block_size (kv_cache.find_cached_prefix), and only blocks whose tokens are known to be
+    shared (a block of tokens the request alone has is found nowhere)."""
+    kv_cache = replica.scheduler.kv_cache
+    if not getattr(kv_cache, "enable_prefix_caching", False) or request.content is None:
+        return 0
+    block_size = kv_cache.block_size
+    return min((request.prompt_len - 1) // block_size,
+               request.content.known_length // block_size)
+
+
+def cached_prefix_blocks(replica, request, num_blocks: int) -> int:
+    """The longest run of the request's first blocks whose hashes the replica's pool holds."""
+    kv_cache = replica.scheduler.kv_cache
+    hashes = kv_cache.block_hashes(request, num_blocks)
+    count = 0
+    while count < num_blocks and kv_cache.pool.find(hashes[count]) is not None:
+        count += 1
+    return count
