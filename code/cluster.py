@@ -188,7 +188,7 @@ class Replica:
     def next_event_s(self) -> Optional[float]:
         """Busy: the end of its step, when it goes on. Idle: work handed to it, or STATIC's
         batching window running out; None if it can only wait for the router."""
-        if not self.idle or self.inbox:
+        if not self.idle:
             return self.clock_s
         wakeup_s = self.scheduler.next_wakeup_s()
         return None if wakeup_s is None else max(self.clock_s, wakeup_s)
@@ -196,6 +196,7 @@ class Replica:
     def wake(self, now_s: float) -> None:
         """An idle engine is handed work at `now_s` (as one engine jumps to an arrival)."""
         self.clock_s = max(self.clock_s, now_s)
+        self.idle = False
 
     def advance(self, cluster: "Cluster", now_s: float) -> None:
         """One turn of main.simulate's loop, at `now_s` (its clock, or the event waking it)."""

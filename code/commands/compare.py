@@ -15,6 +15,7 @@ from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
 from goodput import add_request_goodput, describe_slos
 from reports import tables
+from reports.replicas import replica_lines
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
@@ -67,6 +68,9 @@ def run_compare(args: argparse.Namespace, context) -> str:
                                                              flags.goodput_note(args))
         lines += [""] + tables.comparison_table(results, columns)
         lines += tables.speculation_lines(results)
+        for name, result in results:
+            if result.get("replicas"):
+                lines += [f"", f"{name}, per replica:"] + replica_lines(result)[1:]
         lines += tables.rejection_lines(recorders)
         lines += [""] + tables.takeaways(dict(results), engine.config.forward_model,
                                          engine.slos_ms)

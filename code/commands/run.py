@@ -16,6 +16,7 @@ from goodput import describe_slos
 from metrics import serving_metrics
 from reports import tables
 from reports.block_table import render_block_table
+from reports.replicas import replica_lines
 from reports.serving_block import serving_result_block
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
@@ -99,6 +100,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         lines += [f"mode: {mode.name} ({mode.summary})", ""]
         lines += serving_result_block(metrics, outputs.percentiles, outputs.percentile_metrics,
                                       workload.params)
+        lines += replica_lines(metrics)
         lines += tables.rejection_lines([(name, recorder)])
         if mode_run.timeline:
             lines += [""] + render_timeline(name, mode_run.timeline) + TIMELINE_LEGEND
