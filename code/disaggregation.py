@@ -181,6 +181,3 @@ def reserve_blocks(decode: Replica, request: Request) -> bool:
     request.num_computed_tokens = num_arriving
     return True
 
-
-def can_hold_one_request(num_gpu_blocks: int, block_size: int, max_model_len: int) -> bool:
-    return num_gpu_blocks * block_size >= max_model_len

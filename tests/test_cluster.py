@@ -68,3 +68,119 @@ def test_data_parallel_size_1_prints_todays_bytes(capsys, tmp_path):
                                     "--step-log", str(logs[1]))
         assert after == before
         assert logs[1].read_bytes() == logs[0].read_bytes()
+
+
+def results(capsys, *argv) -> dict:
+    code, out, err = servesim_here(capsys, *argv, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)["results"][0]
+
+
+STEADY = ["run", "--dataset-name", "random", "--random-input-len", "256",
+          "--random-output-len", "64", "--seed", "3"]
+
+
+def test_four_round_robin_replicas_serve_four_times_the_load_at_the_same_latency(capsys):
+    one = results(capsys, *STEADY, "--num-prompts", "40", "--request-rate", "4")
+    four = results(capsys, *STEADY, "--num-prompts", "160", "--request-rate", "16",
+                   "--data-parallel-size", "4")
+    assert 3.5 < four["output_throughput"] / one["output_throughput"] < 4.5
+    assert four["mean_ttft_ms"] < 1.3 * one["mean_ttft_ms"]
+    assert four["mean_tpot_ms"] < 1.3 * one["mean_tpot_ms"]
+    assert [r["requests"] for r in four["replicas"]] == [40, 40, 40, 40]
+
+
+def test_too_few_replicas_queue_up_and_enough_do_not(capsys):
+    """One load, 1 to 8 replicas: the queue (and TTFT) shrinks until there are enough, then
+    stays put: the sweep shows where."""
+    sweep = {n: results(capsys, *STEADY, "--num-prompts", "120", "--request-rate", "30",
+                        "--data-parallel-size", str(n)) for n in (1, 2, 4, 8)}
+    ttft = {n: r["mean_ttft_ms"] for n, r in sweep.items()}
+    assert ttft[1] > 3 * ttft[4]                   # one engine: the queue grows
+    assert sweep[1]["peak_num_waiting"] > 10 * max(1, sweep[8]["peak_num_waiting"])
+    assert abs(ttft[8] - ttft[4]) < 0.3 * ttft[4]  # enough: more replicas change little
+
+
+def mooncake_slice(tmp_path) -> str:
+    """The first 200 requests of Mooncake's conversation trace (tests/data, with its source)."""
+    import gzip
+    from conftest import ROOT
+    data = gzip.decompress((ROOT / "tests" / "data" /
+                            "mooncake_conversation_first200.jsonl.gz").read_bytes())
+    path = tmp_path / "mooncake.jsonl"
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_on_mooncake_prefix_aware_routing_hits_more_and_answers_sooner(capsys, tmp_path):
+    trace = mooncake_slice(tmp_path)
+    runs = {router: results(capsys, "run", "--trace", trace, "--data-parallel-size", "4",
+                            "--router", router)
+            for router in ("round-robin", "least-loaded", "prefix-aware")}
+    aware = runs.pop("prefix-aware")
+    for other in runs.values():
+        assert aware["prefix_cache_hit_rate"] > other["prefix_cache_hit_rate"]
+        assert aware["mean_ttft_ms"] < other["mean_ttft_ms"]
+
+
+def test_the_step_log_records_each_routing_decision(capsys, tmp_path):
+    log = tmp_path / "steps.jsonl"
+    code, _, err = servesim_here(capsys, *STEADY, "--num-prompts", "12", "--data-parallel-size",
+                                 "3", "--router", "least-loaded", "--step-log", str(log))
+    assert code == 0, err
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    routed = {rid: (line["replica"], why) for line in lines for rid, why in line["routed"].items()}
+    assert sorted(routed, key=int) == [str(i) for i in range(12)]
+    assert all(why.startswith("least-loaded: 4 x") for _, why in routed.values())
+    assert {replica for replica, _ in routed.values()} == {0, 1, 2}
+    starts = [line["time_s"] for line in lines]
+    assert starts == sorted(starts)  # the cluster's steps, in the order they began
+
+
+LONG = ["run", "--dataset-name", "random", "--random-input-len", "4000", "--random-output-len",
+        "200", "--random-range-ratio", "0.5", "--num-prompts", "30", "--request-rate", "0.2"]
+SHORT = ["run", "--dataset-name", "random", "--random-input-len", "128", "--random-output-len",
+         "256", "--random-range-ratio", "0.5", "--num-prompts", "40", "--request-rate", "2"]
+
+
+def test_long_prompts_disaggregated_cut_the_itl_tail_and_cost_ttft_about_the_transfer(capsys):
+    pd = results(capsys, *LONG, "--pd", "1:1")
+    aggregated = results(capsys, *LONG, "--data-parallel-size", "2")  # chunked prefill
+    assert pd["p99_itl_ms"] < 0.5 * aggregated["p99_itl_ms"]
+    transfer_ms = pd["disaggregation"]["mean_kv_transfer_ms"]
+    assert transfer_ms > 0
+    # TTFT pays the transfer, the decode engine's one step for the last prompt token, and a
+    # little queueing at the one prefill engine: a few transfers' worth, no more.
+    assert transfer_ms < pd["mean_ttft_ms"] - aggregated["mean_ttft_ms"] < 4 * transfer_ms
+
+
+def test_short_prompts_disaggregated_do_not_pay(capsys):
+    pd = results(capsys, *SHORT, "--pd", "1:1")
+    aggregated = results(capsys, *SHORT, "--data-parallel-size", "2")
+    assert pd["mean_ttft_ms"] > aggregated["mean_ttft_ms"]        # slower to answer ...
+    assert pd["p99_itl_ms"] > 0.6 * aggregated["p99_itl_ms"]      # ... for a small ITL gain
+    assert pd["output_throughput"] <= 1.01 * aggregated["output_throughput"]
+
+
+def test_a_full_decode_pool_makes_the_transfer_wait(capsys):
+    pd = results(capsys, *LONG, "--request-rate", "inf", "--num-prompts", "12", "--pd", "2:1",
+                 "--num-gpu-blocks-override", "1200", "--max-model-len", "8192")
+    assert pd["disaggregation"]["mean_kv_transfer_wait_ms"] > 0
+    assert pd["completed"] == 12
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--pd", "1:1", "--mode", "static"], "has none"),
+    (["--pd", "1:1", "--mode", "naive"], "has none"),
+    (["--pd", "1:1", "--num-gpu-blocks-override", "10"], "less than one --max-model-len"),
+    (["--pd", "1:1", "--kv-transfer-bandwidth", "0"], "positive number of GB/s"),
+    (["--pd", "0:1"], "at least one prefill"),
+    (["--pd", "1-1"], "give P:D"),
+    (["--data-parallel-size", "0"], "give 1 to"),
+    (["--kv-transfer-bandwidth", "nvlink"], "with --pd"),
+    (["--pd", "1:1", "--data-parallel-size", "2"], "leave out"),
+])
+def test_bad_combinations_are_one_line_and_exit_2(capsys, argv, says):
+    code, out, err = servesim_here(capsys, "run", "--num-prompts", "4", *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and says in err, err

@@ -20,7 +20,7 @@ from functools import partial
 
 from cluster import ClusterSpec, simulate_cluster
 from config import ConfigError
-from disaggregation import DEFAULT_LINK, LINKS, PDSpec, can_hold_one_request
+from disaggregation import DEFAULT_LINK, LINKS, PDSpec
 from router import ROUTERS
 
 MAX_ENGINES = 64  # a simulator's bound: enough for any sweep, small enough to stay quick
@@ -72,11 +72,8 @@ def cluster_spec_from_args(args, config, modes, plan):
             raise ConfigError(f"--pd moves KV blocks between engines, and {mode.name} has none "
                               "(it reserves max_model_len slots in one piece): use --mode "
                               "continuous or chunked")
-    if not can_hold_one_request(plan.num_gpu_blocks, config.block_size, config.max_model_len):
-        raise ConfigError(f"--pd: a decode engine's {plan.num_gpu_blocks} blocks of "
-                          f"{config.block_size} tokens cannot hold one request of "
-                          f"--max-model-len {config.max_model_len}: give more blocks or a "
-                          "shorter --max-model-len")
+    # A decode engine whose pool cannot hold one max_model_len request is refused before this,
+    # as every engine's is (gpu_memory.plan_memory).
     bandwidth, latency_s, link = parse_bandwidth(args.kv_transfer_bandwidth)
     pd = PDSpec(num_prefill, num_decode, bandwidth, latency_s, link, plan.kv_bytes_per_token)
     return ClusterSpec(1, args.router, pd)
