@@ -179,8 +179,31 @@ def test_a_full_decode_pool_makes_the_transfer_wait(capsys):
     (["--data-parallel-size", "0"], "give 1 to"),
     (["--kv-transfer-bandwidth", "nvlink"], "with --pd"),
     (["--pd", "1:1", "--data-parallel-size", "2"], "leave out"),
+    (["--router", "prefix-aware"], "picks among replicas"),
 ])
 def test_bad_combinations_are_one_line_and_exit_2(capsys, argv, says):
     code, out, err = servesim_here(capsys, "run", "--num-prompts", "4", *argv)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+def test_timeline_and_svg_draw_one_lane_per_replica(capsys, tmp_path):
+    svg = tmp_path / "pd.svg"
+    code, out, err = servesim_here(capsys, *SHORT, "--num-prompts", "8", "--pd", "1:2",
+                                   "--timeline", "4", "--svg", str(svg))
+    assert code == 0, err
+    for index in range(3):
+        assert f"CONTINUOUS+CHUNKED, replica {index}: steps" in out
+        assert f"CONTINUOUS+CHUNKED, replica {index}</text>" in svg.read_text()
+    assert "   prefill " in out and "    decode " in out  # the per-replica table's roles
+
+
+def test_compare_sets_aggregated_and_disaggregated_side_by_side(capsys):
+    code, out, err = servesim_here(capsys, "compare", *LONG[1:], "--mode", "chunked",
+                                   "--pd", "1:1", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)["results"]
+    assert [(row["mode"], row["engines"]) for row in rows] == [
+        ("CONTINUOUS+CHUNKED", "x2"), ("CONTINUOUS+CHUNKED", "1P:1D")]
+    assert [len(row["replicas"]) for row in rows] == [2, 2]
+    assert "disaggregation" in rows[1] and "disaggregation" not in rows[0]

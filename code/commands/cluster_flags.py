@@ -16,6 +16,7 @@ One replica and no --pd is today's engine, main.simulate itself: the output is u
 """
 
 import argparse
+from dataclasses import replace
 from functools import partial
 
 from cluster import ClusterSpec, simulate_cluster
@@ -30,7 +31,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("many engines (cluster.py)")
     group.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
                        help="replicas of the engine behind one router (default 1: one engine)")
-    group.add_argument("--router", default="round-robin", choices=ROUTERS,
+    group.add_argument("--router", default=None, choices=ROUTERS,
                        help="where an arriving request goes: round-robin (default); "
                             "least-loaded (vLLM's DP balancer: lowest 4 x waiting + running); "
                             "prefix-aware (llm-d's scorers: 3 x prefix cache hit + 2 x queue + "
@@ -51,6 +52,25 @@ def cluster_simulate(args: argparse.Namespace, simulate, config, modes, plan):
     return partial(simulate_cluster, spec)
 
 
+def aggregated_twin(args: argparse.Namespace, engine):
+    """With --pd P:D, the same engine as P + D aggregated replicas (chunked prefill does what
+    disaggregation does, on as many GPUs): compare sets the two side by side. None without."""
+    if getattr(args, "pd", None) is None:
+        return None
+    if getattr(args, "step_log", None) is not None:
+        raise ConfigError("compare --pd serves two clusters, which one --step-log would mix: "
+                          "write each with run (--pd P:D, then --data-parallel-size P+D)")
+    num_prefill, num_decode = parse_pd(args.pd)
+    spec = ClusterSpec(num_prefill + num_decode, router_name(args))
+    return replace(engine, simulate=partial(simulate_cluster, spec))
+
+
+def engine_labels(args: argparse.Namespace) -> tuple[str, str]:
+    """How compare names the two sides: "x2" (aggregated replicas) and "1P:1D"."""
+    num_prefill, num_decode = parse_pd(args.pd)
+    return f"x{num_prefill + num_decode}", f"{num_prefill}P:{num_decode}D"
+
+
 def cluster_spec_from_args(args, config, modes, plan):
     size = getattr(args, "data_parallel_size", 1)
     if size < 1 or size > MAX_ENGINES:
@@ -61,8 +81,11 @@ def cluster_spec_from_args(args, config, modes, plan):
             raise ConfigError("--kv-transfer-bandwidth sets the link between prefill and decode "
                               "engines: give it with --pd P:D")
         if size == 1:
+            if getattr(args, "router", None) is not None:
+                raise ConfigError(f"--router {args.router} picks among replicas: give "
+                                  "--data-parallel-size N (N > 1) or --pd P:D")
             return None
-        return ClusterSpec(size, args.router)
+        return ClusterSpec(size, router_name(args))
     if size != 1:
         raise ConfigError(f"--pd {pd_text} names every engine (P prefill + D decode); leave out "
                           f"--data-parallel-size {size}")
@@ -76,7 +99,11 @@ def cluster_spec_from_args(args, config, modes, plan):
     # as every engine's is (gpu_memory.plan_memory).
     bandwidth, latency_s, link = parse_bandwidth(args.kv_transfer_bandwidth)
     pd = PDSpec(num_prefill, num_decode, bandwidth, latency_s, link, plan.kv_bytes_per_token)
-    return ClusterSpec(1, args.router, pd)
+    return ClusterSpec(1, router_name(args), pd)
+
+
+def router_name(args: argparse.Namespace) -> str:
+    return args.router or "round-robin"
 
 
 def parse_pd(text: str) -> tuple[int, int]:

@@ -9,7 +9,7 @@
 
 import argparse
 
-from commands import flags
+from commands import cluster_flags, flags
 from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
@@ -53,15 +53,25 @@ def run_compare(args: argparse.Namespace, context) -> str:
         watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
                       step_log=files.step_log)
         runs = serve_modes(engine, workload, watch)
+        labels = [run.name for run in runs]
+        twin = cluster_flags.aggregated_twin(args, engine)
+        if twin is not None:  # --pd: each mode aggregated on as many GPUs, then disaggregated
+            twin_runs = serve_modes(twin, workload, watch)
+            runs = [run for pair in zip(twin_runs, runs) for run in pair]
+            labels = [f"{run.name} {engines}" for run in twin_runs
+                      for engines in cluster_flags.engine_labels(args)]
         require_completions(runs[0].recorder)
-        recorders = [(run.name, run.recorder) for run in runs]
-        results = [(run.name, add_request_goodput(run.recorder.summary(), run.recorder,
-                                                  engine.slos_ms)) for run in runs]
+        recorders = [(label, run.recorder) for label, run in zip(labels, runs)]
+        results = [(label, add_request_goodput(run.recorder.summary(), run.recorder,
+                                               engine.slos_ms)) for label, run in zip(labels, runs)]
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
             files.add_text(outputs.svg, plots.runs_svg(engine.title_lines(workload), runs,
                                                        engine.plan.num_gpu_blocks))
         if outputs.format == "json":
+            if twin is not None:  # "mode" stays the mode; "engines" says which side
+                results = [(run.name, {**metrics, "engines": label[len(run.name) + 1:]})
+                           for run, (label, metrics) in zip(runs, results)]
             return tables.to_json(engine.config, engine.plan, workload, results, recorders)
         columns = tables.COLUMNS + [tables.GOODPUT_COLUMN]
         lines = engine.title_lines(workload) + describe_slos(engine.slos_ms,
@@ -74,9 +84,9 @@ def run_compare(args: argparse.Namespace, context) -> str:
         lines += tables.rejection_lines(recorders)
         lines += [""] + tables.takeaways(dict(results), engine.config.forward_model,
                                          engine.slos_ms)
-        for run in runs:
+        for label, run in zip(labels, runs):
             if run.timeline:
-                lines += [""] + render_timeline(run.name, run.timeline)
+                lines += [""] + render_timeline(label, run.timeline)
         if outputs.timeline:
             lines += TIMELINE_LEGEND
             if engine.config.speculative_config is not None:
