@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SKILL = ROOT / "outputs" / "skill-vllm-scheduler-reader.md"  # the lesson's deliverable
-DOCUMENTS = (README, SKILL)
+ENGINE_README = ROOT / "code" / "README.md"  # the engine and its clock, in depth
+DOCUMENTS = (README, SKILL, ENGINE_README)
 BLOCK = re.compile(r"<!-- (?P<name>[\w-]+):start -->\n```\n(?P<body>.*?)```\n<!-- (?P=name):end -->",
                    re.DOTALL)
 
