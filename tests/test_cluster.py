@@ -207,3 +207,18 @@ def test_compare_sets_aggregated_and_disaggregated_side_by_side(capsys):
         ("CONTINUOUS+CHUNKED", "x2"), ("CONTINUOUS+CHUNKED", "1P:1D")]
     assert [len(row["replicas"]) for row in rows] == [2, 2]
     assert "disaggregation" in rows[1] and "disaggregation" not in rows[0]
+
+
+def test_shared_prefixes_stay_on_the_replica_that_caches_them(capsys):
+    """8 prefixes over 4 replicas: round-robin and least-loaded compute each prefix on every
+    replica; prefix-aware sends each to the one that holds it, with the load kept even."""
+    workload = ["run", "--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len",
+                "2048", "--prefix-repetition-num-prefixes", "8", "--num-prompts", "96",
+                "--request-rate", "12", "--data-parallel-size", "4"]
+    runs = {router: results(capsys, *workload, "--router", router)
+            for router in ("round-robin", "least-loaded", "prefix-aware")}
+    aware = runs.pop("prefix-aware")
+    for other in runs.values():
+        assert aware["prefix_cache_hit_rate"] > other["prefix_cache_hit_rate"] + 10
+        assert aware["mean_ttft_ms"] < 0.7 * other["mean_ttft_ms"]
+    assert max(r["requests"] for r in aware["replicas"]) < 2 * 96 / 4  # not all on one
