@@ -7,7 +7,7 @@ different GPUs, and the prompt's KV cache moves between them.
 
     arrival --router--> prefill engine: computes the prompt and samples one token (max_tokens 1,
                         as vLLM's disaggregated proxy sends it), then frees its blocks
-            ---------> decode engine (least-loaded, vLLM's 4 x waiting + running): takes blocks
+            ---------> decode engine (least-loaded, as vLLM's DP balancer scores it): takes blocks
                         for the prompt first; a full pool makes the transfer wait, in order
             ---------> the KV moves: prompt tokens x KV bytes per token (this GPU's shard) /
                         link bandwidth + the link's latency
@@ -168,6 +168,7 @@ class DecodeLoad:
     def __init__(self, replica: Replica, queued: list):
         self.num_waiting = replica.num_waiting + len(queued)
         self.num_running = replica.num_running
+        self.scheduler = replica.scheduler  # its KV use
 
 
 def reserve_blocks(decode: Replica, request: Request) -> bool:

@@ -1,10 +1,14 @@
 """The router: which replica an arriving request goes to (`--router`).
 
     round-robin    replica 0, 1, ..., N-1, 0, ...: blind to load and to caches
-    least-loaded   the lowest 4 x waiting + running, as vLLM's data-parallel load balancer
-                   scores its engines (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.
-                   get_core_engine_for_request: `score = waiting * 4 + running`, lowest wins,
-                   ties to the lowest index)
+    least-loaded   the lowest load, as vLLM 0.30.0's data-parallel load balancer scores its
+                   engines (vllm/v1/engine/core_client.py, DPLBAsyncMPClient.
+                   get_core_engine_for_request): waiting + running, plus, while requests wait,
+                   waiting x 6 x (KV use - 0.5) when over half the KV cache is in use (a queue
+                   on a KV-bound engine drains slowly); the scan starts one engine further each
+                   request, so ties go round in turn. (vLLM takes the larger of the
+                   coordinator's snapshot and its own in-flight count; here both are exact,
+                   and equal. Older vLLM scored 4 x waiting + running.)
     prefix-aware   llm-d's scorers, weighted as llm-d-inference-scheduler's default profile
                    (deploy/config, "optimized-baseline": queue-scorer 2, kv-cache-utilization-
                    scorer 2, prefix-cache-scorer 3, max-score-picker): each scorer gives every
@@ -41,13 +45,20 @@ class RoundRobin:
 
 
 class LeastLoaded:
-    @staticmethod
-    def choose(request, replicas) -> tuple[int, str]:
-        scores = [load_score(replica) for replica in replicas]
-        index = scores.index(min(scores))
+    def __init__(self):
+        self.start_index = 0  # where the next scan begins: vLLM's eng_start_index
+
+    def choose(self, request, replicas) -> tuple[int, str]:
+        index, best = 0, None
+        for offset in range(len(replicas)):
+            candidate = (self.start_index + offset) % len(replicas)
+            score = load_score(replicas[candidate])
+            if best is None or score < best:  # strictly lower: the scan's first wins a tie
+                index, best = candidate, score
+        self.start_index = (self.start_index + 1) % len(replicas)
         replica = replicas[index]
-        return index, (f"least-loaded: 4 x {replica.num_waiting} waiting + "
-                       f"{replica.num_running} running = {scores[index]}")
+        return index, (f"least-loaded: {replica.num_waiting} waiting + {replica.num_running} "
+                       f"running, KV {100 * kv_usage(replica):.0f}% -> {best:.2f}")
 
 
 class PrefixAware:
@@ -68,8 +79,12 @@ def make_router(name: str):
             "prefix-aware": PrefixAware}[name]()
 
 
-def load_score(replica) -> int:
-    return 4 * replica.num_waiting + replica.num_running
+def load_score(replica) -> float:
+    """vLLM 0.30.0's engine load: waiting + running, waiting penalized over half-full KV."""
+    score = float(replica.num_waiting + replica.num_running)
+    if replica.num_waiting:
+        score += replica.num_waiting * 6.0 * max(0.0, kv_usage(replica) - 0.5)
+    return score
 
 
 def queue_scores(replicas) -> list[float]:

@@ -131,7 +131,7 @@ def test_the_step_log_records_each_routing_decision(capsys, tmp_path):
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     routed = {rid: (line["replica"], why) for line in lines for rid, why in line["routed"].items()}
     assert sorted(routed, key=int) == [str(i) for i in range(12)]
-    assert all(why.startswith("least-loaded: 4 x") for _, why in routed.values())
+    assert all(why.startswith("least-loaded: ") for _, why in routed.values())
     assert {replica for replica, _ in routed.values()} == {0, 1, 2}
     starts = [line["time_s"] for line in lines]
     assert starts == sorted(starts)  # the cluster's steps, in the order they began
@@ -222,3 +222,44 @@ def test_shared_prefixes_stay_on_the_replica_that_caches_them(capsys):
         assert aware["prefix_cache_hit_rate"] > other["prefix_cache_hit_rate"] + 10
         assert aware["mean_ttft_ms"] < 0.7 * other["mean_ttft_ms"]
     assert max(r["requests"] for r in aware["replicas"]) < 2 * 96 / 4  # not all on one
+
+
+class FakeReplica:
+    """What the routers read of a replica: its queue, its batch and its KV cache's use."""
+
+    def __init__(self, num_waiting, num_running, kv_used_pct=0):
+        from kv_cache import PagedKVCache
+        self.num_waiting, self.num_running = num_waiting, num_running
+        kv_cache = PagedKVCache(100, 16)
+        kv_cache.pool.take(kv_used_pct)
+
+        class Scheduler:
+            pass
+        self.scheduler = Scheduler()
+        self.scheduler.kv_cache = kv_cache
+
+
+def test_least_loaded_counts_waiting_plus_running_and_breaks_ties_in_turn():
+    from router import LeastLoaded
+    router = LeastLoaded()
+    even = [FakeReplica(0, 2), FakeReplica(0, 2), FakeReplica(0, 2)]
+    assert [router.choose(None, even)[0] for _ in range(4)] == [0, 1, 2, 0]  # ties in turn
+    assert LeastLoaded().choose(None, [FakeReplica(1, 1), FakeReplica(0, 3)])[0] == 0  # 2 < 3
+    # Over half its KV in use, a replica's waiting requests weigh more (90%: 1 + 6 x 0.4 each).
+    loaded = [FakeReplica(1, 1, kv_used_pct=90), FakeReplica(0, 3)]
+    assert LeastLoaded().choose(None, loaded)[0] == 1
+
+
+def test_events_at_one_instant_go_arrivals_first_then_replicas_by_index(capsys, tmp_path):
+    """Four requests at t=0 over two replicas: round-robin sends 0, 2 to replica 0 and 1, 3 to
+    replica 1; both replicas' first steps start at t=0, replica 0's first, each admitting what
+    arrived at that instant."""
+    log = tmp_path / "steps.jsonl"
+    code, _, err = servesim_here(capsys, *STEADY, "--num-prompts", "4", "--request-rate", "inf",
+                                 "--data-parallel-size", "2", "--step-log", str(log))
+    assert code == 0, err
+    first, second = [json.loads(line) for line in log.read_text().splitlines()[:2]]
+    assert (first["time_s"], first["replica"], sorted(first["scheduled"])) == (0.0, 0, ["0", "2"])
+    assert (second["time_s"], second["replica"], sorted(second["scheduled"])) == (0.0, 1,
+                                                                                   ["1", "3"])
+    assert first["routed"] == {"0": "round-robin", "2": "round-robin"}

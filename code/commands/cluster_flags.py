@@ -33,7 +33,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
                        help="replicas of the engine behind one router (default 1: one engine)")
     group.add_argument("--router", default=None, choices=ROUTERS,
                        help="where an arriving request goes: round-robin (default); "
-                            "least-loaded (vLLM's DP balancer: lowest 4 x waiting + running); "
+                            "least-loaded (vLLM's DP balancer: lowest waiting + running); "
                             "prefix-aware (llm-d's scorers: 3 x prefix cache hit + 2 x queue + "
                             "2 x free KV)")
     group.add_argument("--pd", default=None, metavar="P:D",
