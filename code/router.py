@@ -9,10 +9,11 @@
                    request, so ties go round in turn. (vLLM takes the larger of the
                    coordinator's snapshot and its own in-flight count; here both are exact,
                    and equal. Older vLLM scored 4 x waiting + running.)
-    prefix-aware   llm-d's scorers, weighted as llm-d-inference-scheduler's default profile
-                   (deploy/config, "optimized-baseline": queue-scorer 2, kv-cache-utilization-
-                   scorer 2, prefix-cache-scorer 3, max-score-picker): each scorer gives every
-                   replica a score in [0, 1], the weighted sum picks
+    prefix-aware   llm-d's scorers, weighted as llm-d's "intelligent inference scheduling"
+                   well-lit path configures its scheduler (llm-d/llm-d, guides/inference-
+                   scheduling/scheduler/inference-scheduling.values.yaml: queue-scorer 2,
+                   kv-cache-utilization-scorer 2, prefix-cache-scorer 3): each scorer gives every
+                   replica a score in [0, 1], the weighted sum picks (max-score-picker)
 
 llm-d's three scorers, as this router computes them from each replica's real state:
 
@@ -30,7 +31,7 @@ Each choice comes back with a short reason, which the step log records (`routed`
 
 from typing import Optional
 
-LLM_D_WEIGHTS = {"prefix": 3, "queue": 2, "kv": 2}  # llm-d-inference-scheduler's defaults
+LLM_D_WEIGHTS = {"prefix": 3, "queue": 2, "kv": 2}  # llm-d's inference-scheduling guide
 ROUTERS = ("round-robin", "least-loaded", "prefix-aware")
 
 
