@@ -11,15 +11,17 @@ different GPUs, and the prompt's KV cache moves between them.
                         for the prompt first; a full pool makes the transfer wait, in order
             ---------> the KV moves: prompt tokens x KV bytes per token (this GPU's shard) /
                         link bandwidth + the link's latency
-            ---------> the decode engine computes the last prompt token again (vLLM's scheduler
-                        does, for a request whose KV came from elsewhere), which samples the
-                        client's first token, then decodes
+            ---------> the decode engine computes the last prompt token again (vLLM 0.30.0's
+                        scheduler, `_update_waiting_for_remote_kv`: "on a full prompt hit, we need
+                        to re-compute the last token"), which samples the client's first token,
+                        then decodes
 
 So TTFT = prefill-side time (queue + prompt) + transfer (wait for blocks + wire) + one decode
 step. The client's first token is the decode engine's, as in vLLM, where the proxy streams the
 decode instance's answer. Simplified: the prefill engine frees its blocks when it finishes (vLLM
 holds them until the transfer is read); a decode engine's own prefix cache is not looked up
-before the transfer.
+before the transfer; a landed request runs from the decode engine's next step (vLLM puts it back
+in WAITING, admitted in its turn).
 """
 
 from dataclasses import dataclass, field
