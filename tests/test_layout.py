@@ -9,7 +9,7 @@ from conftest import ROOT
 
 CODE = ROOT / "code"
 SHELL_FOLDERS = {"commands", "reports", "traces"}
-MAX_ENGINE_MODULES = 18
+MAX_ENGINE_MODULES = 21  # + cluster.py, router.py, disaggregation.py (many engines)
 
 
 def engine_modules() -> list[str]:
