@@ -52,6 +52,17 @@ class ClusterSpec:
     router: str = "round-robin"
     pd: Optional[object] = None  # disaggregation.PDSpec, or None: every engine does everything
 
+    def describe(self) -> dict:
+        """The engines, for the JSON: how many, the router, and with --pd the two pools and
+        the link."""
+        if self.pd is None:
+            return {"data_parallel_size": self.data_parallel_size, "router": self.router}
+        return {"num_prefill_engines": self.pd.num_prefill,
+                "num_decode_engines": self.pd.num_decode, "router": self.router,
+                "kv_transfer_link": self.pd.link,
+                "kv_transfer_bandwidth_gb_s": self.pd.bandwidth_gb_s,
+                "kv_transfer_latency_ms": 1000 * self.pd.latency_s}
+
 
 @dataclass
 class ReplicaStats:
@@ -96,13 +107,15 @@ class ClusterRecorder(RunRecorder):
     request's time went (`disaggregation`). Step-level figures are per replica: KV use is of
     one replica's pool, time-averaged over every replica's steps; mean batch size per step."""
 
-    def __init__(self, prefix_caching: bool):
+    def __init__(self, spec: ClusterSpec, prefix_caching: bool):
         super().__init__(0, prefix_caching)  # the pool's size is set once the replicas exist
+        self.spec = spec
         self.replica_stats: list[ReplicaStats] = []
         self.pd_stats = None  # disaggregation.PDStats, with --pd
 
     def summary(self) -> dict:
         result = super().summary()
+        result["cluster"] = self.spec.describe()
         result["replicas"] = [stats.summary(result["duration"], self.num_total_kv_slots)
                               for stats in self.replica_stats]
         if self.pd_stats is not None:
@@ -340,7 +353,7 @@ class Cluster:
 def simulate_cluster(spec: ClusterSpec, workload, mode, config, num_gpu_blocks, clock,
                      observers=(), progress=None) -> RunRecorder:
     """main.simulate's contract, over `spec.data_parallel_size` replicas (or P:D pools)."""
-    recorder = ClusterRecorder(mode.caches_prefixes(config))
+    recorder = ClusterRecorder(spec, mode.caches_prefixes(config))
     replicas = []
     roles = replica_roles(spec)
     for index, role in enumerate(roles):

@@ -11,7 +11,7 @@ from cluster import STEP, ClusterSpec, simulate_cluster
 from commands import cli
 from conftest import make_workload, servesim_here
 
-CLUSTER_KEYS = ("replica", "routed", "replicas")  # what a cluster adds to lines and results
+CLUSTER_KEYS = ("replica", "routed", "replicas", "cluster")  # what a cluster adds to lines and results
 
 
 def run_here(capsys, simulate, *argv):
@@ -206,6 +206,8 @@ def test_compare_sets_aggregated_and_disaggregated_side_by_side(capsys):
     assert [(row["mode"], row["engines"]) for row in rows] == [
         ("CONTINUOUS+CHUNKED", "x2"), ("CONTINUOUS+CHUNKED", "1P:1D")]
     assert [len(row["replicas"]) for row in rows] == [2, 2]
+    assert rows[0]["cluster"] == {"data_parallel_size": 2, "router": "round-robin"}
+    assert rows[1]["cluster"]["kv_transfer_link"] == "infiniband"
     assert "disaggregation" in rows[1] and "disaggregation" not in rows[0]
 
 
