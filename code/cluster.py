@@ -33,7 +33,7 @@ left out).
 
 import heapq
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import main
@@ -363,10 +363,10 @@ def simulate_cluster(spec: ClusterSpec, workload, mode, config, num_gpu_blocks, 
     if spec.pd is None:
         cluster = Cluster(spec, workload, replicas, recorder)
     else:
-        from disaggregation import DisaggregatedCluster
+        from disaggregation import DisaggregatedCluster  # built on this file: imported late
         cluster = DisaggregatedCluster(spec, workload, replicas, recorder)
-    cluster.run(progress)
     recorder.replica_stats = [replica.recorder.stats for replica in replicas]
+    cluster.run(progress)
     return recorder
 
 
@@ -398,11 +398,6 @@ def make_replica(index, role, workload, mode, config, num_gpu_blocks, clock, rec
     if replica_mode is not mode:
         replica_mode.receiving = replica.receiving  # blocks held while KV lands count as held
     return replica
-
-
-def replica_summaries(recorder: RunRecorder, duration_s: float) -> list[dict]:
-    return [stats.summary(duration_s, recorder.num_total_kv_slots)
-            for stats in recorder.replica_stats]
 
 
 def _pct(part: float, whole: float) -> float:
