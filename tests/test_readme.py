@@ -10,8 +10,8 @@ from readme_blocks import (DOCUMENTS, README, ROOT, SKILL, blocks, commands_of, 
 
 TEXT = README.read_text(encoding="utf-8")
 BLOCKS = blocks(TEXT)
-# Every pasted block of every document, as (document's name, block's name).
-ALL_BLOCKS = {(document.name, name): body for document in DOCUMENTS
+# Every pasted block of every document, as (document's path, block's name): two are README.md.
+ALL_BLOCKS = {(str(document.relative_to(ROOT)), name): body for document in DOCUMENTS
               for name, body in blocks(document.read_text(encoding="utf-8")).items()}
 # Blocks whose command is costly and which another test computes anyway, checked there instead.
 CHECKED_ELSEWHERE = {"lesson-check": "tests/test_lesson_check.py"}
