@@ -11,7 +11,7 @@ from cluster import STEP, ClusterSpec, simulate_cluster
 from commands import cli
 from conftest import make_workload, servesim_here
 
-CLUSTER_KEYS = ("replica", "routed", "replicas", "cluster")  # what a cluster adds to lines and results
+CLUSTER_KEYS = ("replica", "routed", "replicas", "cluster")  # what a cluster adds to the output
 
 
 def run_here(capsys, simulate, *argv):

@@ -33,5 +33,6 @@ def replica_lines(metrics: dict) -> list[str]:
                   f"prefill side {split['mean_prefill_side_ms']:.2f}, waiting for decode blocks "
                   f"{split['mean_kv_transfer_wait_ms']:.2f}, KV transfer "
                   f"{split['mean_kv_transfer_ms']:.2f}, decode side "
-                  f"{split['mean_decode_side_ms']:.2f}; KV moved {split['kv_transferred_gb']:.2f} GB"]
+                  f"{split['mean_decode_side_ms']:.2f}; KV moved "
+                  f"{split['kv_transferred_gb']:.2f} GB"]
     return lines
