@@ -13,7 +13,9 @@ prompt tokens it found in the cache (zeros included); a step that verified draft
 request id -> [drafts verified, drafts accepted]. With several engines (`--data-parallel-size`,
 `--pd`, cluster.py) every line adds `replica` (the engine that ran the step, 0 ..) and, for the
 requests routed to it since its last step, `routed`: request id -> why the router chose it
-(router.py); `step` then counts the cluster's steps, in the order they began. The file appears only when the whole run
+(router.py); `step` then counts the cluster's steps, in the order they began. With `--pd` a
+prefill engine's `finished` names the requests whose prompt it finished (each goes on to a decode
+engine, whose `routed` says so, and finishes there). The file appears only when the whole run
 succeeded: it is written beside the target and renamed at the end (output_files.py), so a failed
 run leaves nothing half-written.
 """
