@@ -180,6 +180,7 @@ def test_a_full_decode_pool_makes_the_transfer_wait(capsys):
     (["--kv-transfer-bandwidth", "nvlink"], "with --pd"),
     (["--pd", "1:1", "--data-parallel-size", "2"], "leave out"),
     (["--router", "prefix-aware"], "picks among replicas"),
+    (["--data-parallel-size", "2", "--block-table", "1"], "its own physical blocks"),
 ])
 def test_bad_combinations_are_one_line_and_exit_2(capsys, argv, says):
     code, out, err = servesim_here(capsys, "run", "--num-prompts", "4", *argv)

@@ -49,6 +49,9 @@ def cluster_simulate(args: argparse.Namespace, simulate, config, modes, plan):
     spec = cluster_spec_from_args(args, config, modes, plan)
     if spec is None:
         return simulate
+    if getattr(args, "block_table", None) is not None:
+        raise ConfigError("--block-table draws one engine's block tables, and each replica has "
+                          "its own physical blocks: leave out --data-parallel-size and --pd")
     return partial(simulate_cluster, spec)
 
 
