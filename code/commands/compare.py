@@ -49,12 +49,12 @@ def run_compare(args: argparse.Namespace, context) -> str:
     engine = flags.engine_from_args(args, context, modes, default_goodput=flags.CHAT_GOODPUT)
     outputs = flags.outputs_from_args(args)
     workload = workload_from_args(args, engine.config)
+    twin = cluster_flags.aggregated_twin(args, engine)  # --pd: the same GPUs, aggregated
     with PendingFiles(outputs) as files:
         watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
                       step_log=files.step_log)
         runs = serve_modes(engine, workload, watch)
         labels = [run.name for run in runs]
-        twin = cluster_flags.aggregated_twin(args, engine)
         if twin is not None:  # --pd: each mode aggregated on as many GPUs, then disaggregated
             twin_runs = serve_modes(twin, workload, watch)
             runs = [run for pair in zip(twin_runs, runs) for run in pair]
