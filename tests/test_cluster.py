@@ -266,3 +266,10 @@ def test_events_at_one_instant_go_arrivals_first_then_replicas_by_index(capsys, 
     assert (second["time_s"], second["replica"], sorted(second["scheduled"])) == (0.0, 1,
                                                                                    ["1", "3"])
     assert first["routed"] == {"0": "round-robin", "2": "round-robin"}
+
+
+def test_compare_pd_refuses_one_step_log_for_two_clusters(capsys, tmp_path):
+    log = tmp_path / "steps.jsonl"
+    code, out, err = servesim_here(capsys, "compare", "--num-prompts", "4", "--mode", "chunked",
+                                   "--pd", "1:1", "--step-log", str(log))
+    assert code == 2 and out == "" and "would mix" in err and not log.exists()
