@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 if TYPE_CHECKING:  # spec_decode imports this module for ConfigError
     from spec_decode import SpeculativeConfig
 
-from presets import GPUS, MODELS
+from model_config import ModelConfigError
+from presets import DTYPES, GPUS, MODELS, QUANTIZATIONS, checkpoint_quantization, model_spec
 
 # With chunked prefill on, servesim slices prompts into the lesson's ~512-token chunks. vLLM V0
 # used 512 too; V1's `vllm serve` defaults to 2048 (8192 on GPUs with >= 70 GiB, A100 excepted),
@@ -140,10 +141,29 @@ def _number(value: float) -> str:
 class Choice:
     """A setting that names one of a few things (a preset, a dtype)."""
     values: tuple
+    optional: bool = False  # None means "not set"
 
     def check(self, name: str, value, error: type = ConfigError) -> None:
+        if value is None and self.optional:
+            return
         if value not in self.values:
             raise error(f"{name} must be one of {', '.join(self.values)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """`--model`: a preset's key, or a Hugging Face config.json (a file, or a folder holding
+    one) that model_config.py can read; its refusal names the key that is wrong."""
+
+    def check(self, name: str, value, error: type = ConfigError) -> None:
+        if not isinstance(value, str) or not value:
+            raise error(f"{name} must be a model preset or a config.json path, got {value!r}")
+        if value in MODELS:
+            return
+        try:
+            model_spec(value)
+        except ModelConfigError as problem:
+            raise error(f"{name} {problem}; or choose a preset: {', '.join(MODELS)}") from None
 
 
 @dataclass(frozen=True)
@@ -169,9 +189,16 @@ class Parsed:
 @dataclass(frozen=True)
 class EngineConfig:
     # -- the model and the hardware it runs on (see presets.py) --
-    model: str = "llama-3.3-70b-fp8"    # the lesson's model ...
+    model: str = "llama-3.3-70b-fp8"    # the lesson's model (or a config.json path) ...
     gpu: str = "h200"                   # ... on the card where it fits (an H100 cannot hold its KV)
     tensor_parallel_size: int = 1       # GPUs the weights and KV are split across
+    enable_expert_parallel: bool = False  # MoE: whole experts spread over the GPUs (moe.py)
+    data_parallel_size: int = 1         # with expert parallelism: attention ranks, each with
+    #                                     its own KV and requests, experts over tp x dp GPUs;
+    #                                     without: replicas of the engine (cluster.py)
+    quantization: Optional[str] = None  # "fp8": quantize a 16-bit checkpoint at load; None: as
+    #                                     the checkpoint ships (its quantization_config)
+    dtype: str = "auto"                 # 16-bit type of unquantized weights; auto: torch_dtype
     gpu_memory_utilization: float = 0.9  # share of HBM vLLM may use: weights + activations + KV
     kv_cache_dtype: str = "auto"        # "auto" = the model's activation dtype, or "fp8"
     # -- PagedAttention --
@@ -217,6 +244,9 @@ class EngineConfig:
         for field_name, rule in FIELD_RULES.items():
             rule.check(name(field_name), getattr(self, field_name))
         _check_tensor_parallel_size(self, name)
+        _check_model_len(self, name)
+        _check_quantization(self, name)
+        _check_expert_parallel(self, name)
         _check_long_prefill_threshold(self, name)
         _check_linear_clock_moves(self, name)
         if self.speculative_config is not None:  # its own keys, the target's model and TP
@@ -257,9 +287,13 @@ class EngineConfig:
 _MS = dict(unit="ms")
 _TOKENS = dict(integer=True, unit="tokens")
 FIELD_RULES = {  # EngineConfig field -> the values it may take (see the module docstring)
-    "model": Choice(tuple(MODELS)),
+    "model": ModelChoice(),
     "gpu": Choice(tuple(GPUS)),
     "tensor_parallel_size": Range(1, MAX_NUM_SEQS, integer=True),  # and the heads rule below
+    "enable_expert_parallel": Switch(),
+    "data_parallel_size": Range(1, 64, integer=True, why="8 nodes of 8 GPUs"),
+    "quantization": Choice(QUANTIZATIONS, optional=True),
+    "dtype": Choice(tuple(DTYPES)),
     "gpu_memory_utilization": Range(0, 1, above_low=True),  # vllm/config/cache.py: gt=0, le=1
     "kv_cache_dtype": Choice(("auto", "fp8")),
     "block_size": Range(CUDA_BLOCK_SIZE_MULTIPLE, MAX_TOKENS, multiple_of=CUDA_BLOCK_SIZE_MULTIPLE,
@@ -288,7 +322,7 @@ def valid_tensor_parallel_sizes(model_key: str) -> list[int]:
     evenly (`ModelConfig.verify_with_parallel_config`, vllm/config/model.py), and either split
     the KV heads evenly or are a multiple of their number, each GPU then holding a copy of one
     KV head (`LlamaAttention.__init__`, vllm/model_executor/models/llama.py; 0.18.0 alike)."""
-    model = MODELS[model_key]
+    model = model_spec(model_key)
     return [tp for tp in range(1, model.num_heads + 1)
             if model.num_heads % tp == 0
             and (model.num_kv_heads % tp == 0 if tp <= model.num_kv_heads
@@ -298,11 +332,45 @@ def valid_tensor_parallel_sizes(model_key: str) -> list[int]:
 def _check_tensor_parallel_size(config: EngineConfig, name: Callable[[str], str]) -> None:
     valid = valid_tensor_parallel_sizes(config.model)
     if config.tensor_parallel_size not in valid:
-        model = MODELS[config.model]
+        model = model_spec(config.model)
         raise ConfigError(
             f"{name('tensor_parallel_size')} {config.tensor_parallel_size} does not split "
             f"{model.name}'s {model.num_heads} attention heads and {model.num_kv_heads} KV heads "
             f"evenly (vLLM refuses it); choose from {', '.join(map(str, valid))}")
+
+
+def _check_model_len(config: EngineConfig, name: Callable[[str], str]) -> None:
+    """vLLM refuses a --max-model-len above the model's max_position_embeddings
+    (`_get_and_verify_max_len`, vllm/config/model.py; VLLM_ALLOW_LONG_MAX_MODEL_LEN overrides it,
+    servesim has no such override)."""
+    longest = model_spec(config.model).max_position_embeddings
+    if longest is not None and config.max_model_len > longest:
+        raise ConfigError(
+            f"{name('max_model_len')} {config.max_model_len} is above {config.model}'s "
+            f"max_position_embeddings {longest} (vLLM refuses this); give at most {longest}")
+
+
+def _check_quantization(config: EngineConfig, name: Callable[[str], str]) -> None:
+    """A checkpoint that ships quantized runs with its own method: vLLM refuses another
+    (`ModelConfig._verify_quantization`, vllm/config/model.py). Online quantization is FP8 only."""
+    shipped = checkpoint_quantization(model_spec(config.model))
+    wanted = config.quantization
+    if wanted is None:
+        return
+    if shipped is not None and wanted != shipped:
+        raise ConfigError(f"{name('quantization')} {wanted}: {config.model} ships quantized with "
+                          f"{shipped} (vLLM refuses another method); give {shipped} or leave it out")
+    if shipped is None and wanted != "fp8":
+        raise ConfigError(f"{name('quantization')} {wanted}: a 16-bit checkpoint is quantized at "
+                          "load time to fp8 only (mxfp4 needs a checkpoint shipped in it)")
+
+
+def _check_expert_parallel(config: EngineConfig, name: Callable[[str], str]) -> None:
+    """Expert parallelism needs experts. (Without it, --data-parallel-size N is N replicas of
+    the engine behind a router: cluster.py.)"""
+    if config.enable_expert_parallel and model_spec(config.model).moe is None:
+        raise ConfigError(f"{name('enable_expert_parallel')}: {config.model} has no experts "
+                          "(a dense model); leave the flag out")
 
 
 def _check_long_prefill_threshold(config: EngineConfig, name: Callable[[str], str]) -> None:

@@ -37,12 +37,13 @@ upside down: it charges every decode token a fixed cost, as if a GPU had no weig
 """
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from batch import SchedulerOutput
 from config import EngineConfig
 from gpu_memory import lookup
+from moe import expert_streaming
 from presets import DTYPE_BYTES, ModelSpec
 
 # Achievable fractions of the datasheet peaks, by the precision of the multiply. In isolation an
@@ -114,29 +115,40 @@ class RooflineClock:
         model = model or target
         tp = config.tensor_parallel_size
         # Per GPU: tensor parallelism splits every matrix and the KV heads tp ways (at least one
-        # KV head per GPU).
-        self.linear_params = model.num_linear_params / tp
+        # KV head per GPU). A token computes on its active weights; a step reads all but the
+        # routed experts, and of those the ones its tokens touch (moe.py: `self.experts`).
+        self.linear_params = model.num_active_linear_params / tp
         self.lm_head_params = model.vocab_size * model.hidden_size / tp
-        self.weight_bytes_per_step = (self.linear_params * DTYPE_BYTES[model.weight_dtype]
+        self.weight_bytes_per_step = (model.num_always_read_params / tp
+                                      * DTYPE_BYTES[model.weight_dtype]
                                       + self.lm_head_params * 2)
         bytes_per_s = gpu.memory_bandwidth_gbs * 1e9 * BANDWIDTH_EFFICIENCY
         self.weight_stream_s = self.weight_bytes_per_step / bytes_per_s
         self.kv_s_per_token = (model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp)
                                / bytes_per_s)
         # FP8 weights on a GPU without FP8 tensor cores are upcast and multiplied at the 16-bit
-        # rate (vLLM's Marlin kernels); the LM head and attention run in 16-bit.
+        # rate (vLLM's Marlin kernels); the LM head and attention run in 16-bit, and so do
+        # MXFP4 experts (upcast on Hopper and older: servesim's GPUs have no FP4 rate).
         fp8_linear = model.weight_dtype == "fp8" and gpu.fp8_tflops is not None
         bf16_flops_per_s = gpu.bf16_tflops * 1e12 * COMPUTE_EFFICIENCY_16BIT
         linear_flops_per_s = (gpu.fp8_tflops * 1e12 * COMPUTE_EFFICIENCY_FP8 if fp8_linear
                               else bf16_flops_per_s)
         self.gemm_s_per_token = 2 * self.linear_params / linear_flops_per_s
         self.lm_head_s_per_seq = 2 * self.lm_head_params / bf16_flops_per_s  # last token only
-        self.attention_s_per_pair = (4 * model.num_layers * model.num_heads * model.head_dim / tp
-                                     / bf16_flops_per_s)
-        num_all_reduces = 2 * model.num_layers if tp > 1 else 0
+        self.attention_s_per_pair = (model.attention_flops_per_pair() / tp / bf16_flops_per_s)
+        self.sliding = sliding_window_cost(model, config, bytes_per_s, bf16_flops_per_s)
+        link_bytes_per_s = gpu.interconnect_gbs * 1e9 * LINK_EFFICIENCY
+        self.num_ranks = config.data_parallel_size
+        self.experts = None
+        if model.moe is not None:
+            self.experts = expert_streaming(
+                model.moe, model.hidden_size, DTYPE_BYTES[model.expert_dtype],
+                tp * config.data_parallel_size, bytes_per_s,
+                config.enable_expert_parallel, link_bytes_per_s, ACTIVATION_BYTES,
+                ALL_REDUCE_ROUND_S)
+        num_all_reduces = num_all_reduces_per_step(model, config) if tp > 1 else 0
         ring_bytes_per_token = model.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp
-        self.all_reduce_s_per_token = (num_all_reduces * ring_bytes_per_token
-                                       / (gpu.interconnect_gbs * 1e9 * LINK_EFFICIENCY))
+        self.all_reduce_s_per_token = (num_all_reduces * ring_bytes_per_token / link_bytes_per_s)
         # What every step pays, whatever it carries: per-layer and per-step work, and the
         # latency of its all-reduces.
         step_fixed_s = 0.0 if in_target_step else STEP_FIXED_S
@@ -157,12 +169,66 @@ class RooflineClock:
 
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
-        """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences."""
+        """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences.
+
+        With data-parallel attention ranks every rank runs its share of the batch (servesim
+        spreads it evenly: no rank waits for a busier one), and the experts see all of it."""
+        weight_s, experts_s = self.weight_stream_s, 0.0
+        if self.experts is not None:  # MoE: the experts the tokens touch, their all-to-alls
+            weight_s += self.experts.stream_s(num_tokens)
+            experts_s = self.experts.all_to_all_s(num_tokens)
+        if self.num_ranks > 1:  # one rank's share of the batch
+            num_tokens, num_seqs, num_pairs, num_context_tokens = (
+                num_tokens / self.num_ranks, num_seqs / self.num_ranks,
+                num_pairs / self.num_ranks, num_context_tokens / self.num_ranks)
         gemm_s = roofline_s(num_tokens * self.gemm_s_per_token
-                            + num_seqs * self.lm_head_s_per_seq, self.weight_stream_s)
-        attention_s = roofline_s(num_pairs * self.attention_s_per_pair,
-                                 (num_context_tokens + num_tokens) * self.kv_s_per_token)
-        return gemm_s + attention_s + num_tokens * self.all_reduce_s_per_token + self.fixed_s
+                            + num_seqs * self.lm_head_s_per_seq, weight_s)
+        sliding_compute_s, sliding_memory_s = self.sliding.cost_s(num_tokens, num_seqs, num_pairs,
+                                                                  num_context_tokens)
+        attention_s = roofline_s(num_pairs * self.attention_s_per_pair + sliding_compute_s,
+                                 (num_context_tokens + num_tokens) * self.kv_s_per_token
+                                 + sliding_memory_s)
+        return (gemm_s + attention_s + num_tokens * self.all_reduce_s_per_token + experts_s
+                + self.fixed_s)
+
+
+def num_all_reduces_per_step(model: ModelSpec, config: EngineConfig) -> int:
+    """Two all-reduces per layer under tensor parallelism, after attention and after the MLP;
+    with expert parallelism an MoE layer's MLP ends in the experts' combine instead (moe.py)."""
+    if config.enable_expert_parallel and model.moe is not None:
+        return 2 * model.num_layers - model.moe.num_moe_layers
+    return 2 * model.num_layers
+
+
+@dataclass(frozen=True)
+class SlidingWindowCost:
+    """Sliding-window layers (gpt-oss) attend to the last `window` tokens only: per step at most
+    window keys per new token, and window tokens of KV per sequence read. servesim sees a step's
+    totals, not each sequence's length, so it takes the smaller of the full figure and the
+    window's bound (exact when every context is past the window or within it)."""
+    window: int
+    s_per_pair: float
+    kv_s_per_token: float
+
+    def cost_s(self, num_tokens: int, num_seqs: int, num_pairs: int,
+               num_context_tokens: int) -> tuple[float, float]:
+        """(compute seconds, memory seconds) of the sliding-window layers in one step."""
+        if self.window == 0:
+            return 0.0, 0.0
+        pairs = min(num_pairs, num_tokens * self.window)
+        kv_tokens = min(num_context_tokens + num_tokens, num_seqs * self.window + num_tokens)
+        return pairs * self.s_per_pair, kv_tokens * self.kv_s_per_token
+
+
+def sliding_window_cost(model: ModelSpec, config: EngineConfig, bytes_per_s: float,
+                        flops_per_s: float) -> SlidingWindowCost:
+    tp = config.tensor_parallel_size
+    share = model.kv_bytes_per_token_per_gpu(config.kv_cache_dtype, tp) / max(
+        1, model.kv_bytes_per_token(config.kv_cache_dtype))
+    return SlidingWindowCost(
+        model.sliding_window if model.num_sliding_layers else 0,
+        model.sliding_attention_flops_per_pair() / tp / flops_per_s,
+        model.sliding_kv_bytes_per_token(config.kv_cache_dtype) * share / bytes_per_s)
 
 
 class LinearClock:

@@ -157,6 +157,8 @@ class RunRecorder:
         self.prompt_len = array("q")
         self.status = bytearray()
         self.is_scheduled = bytearray()          # 1 once the request got its first tokens
+        self.is_sliced = bytearray()             # 1 once a step computed part of its prompt and
+        #                                          left the rest for a later step (a chunk)
         self.first_scheduled_s = array("d")      # ... at the start of that step
         self.first_token_s = array("d")
         self.last_token_s = array("d")
@@ -197,6 +199,7 @@ class RunRecorder:
         self.prompt_len.append(request.prompt_len)
         self.status.append(IN_FLIGHT)
         self.is_scheduled.append(0)
+        self.is_sliced.append(0)
         for numbers in (self.first_scheduled_s, self.first_token_s, self.last_token_s,
                         self.num_output_tokens):
             numbers.append(0)
@@ -238,6 +241,9 @@ class RunRecorder:
             if not is_scheduled[index]:
                 is_scheduled[index] = 1
                 self.first_scheduled_s[index] = start_s
+            computed = scheduled.num_context_tokens + scheduled.num_new_tokens
+            if computed < scheduled.request.prompt_len:  # the step stopped inside the prompt
+                self.is_sliced[index] = 1
         self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
         for lookup in batch.prefix_lookups:
             if lookup.resumed:
@@ -378,6 +384,8 @@ class RunRecorder:
             "mean_num_waiting": (self.waiting_request_seconds / self.busy_s if self.busy_s
                                  else 0.0),
             "peak_num_waiting": self.peak_num_waiting,
+            "longest_prompt_len": max(self.prompt_len, default=0),
+            "num_sliced_prompts": sum(self.is_sliced),
         })
         for cause in WAITING_CAUSES:
             result[f"waiting_on_{cause}_pct"] = _pct(self.waiting_s[cause], self.busy_s)

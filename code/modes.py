@@ -68,19 +68,21 @@ class ContinuousMode:
         return config.enable_prefix_caching
 
     def make_scheduler(self, config: EngineConfig, num_gpu_blocks: int,
-                       acceptance_rng: random.Random) -> Scheduler:
-        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate)."""
+                       acceptance_rng: random.Random, scheduler_class=Scheduler) -> Scheduler:
+        """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate);
+        `scheduler_class` may be a subclass that watches the rules (reports/explain.py)."""
         speculative = config.speculative_config
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
         kv_cache = PagedKVCache(num_gpu_blocks, config.block_size, config.enable_prefix_caching,
                                 drop_last_hit=speculative is not None and speculative.uses_eagle)
-        return Scheduler(kv_cache,
-                         max_num_seqs=config.max_num_seqs,
-                         max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
-                         max_model_len=config.max_model_len,
-                         enable_chunked_prefill=self.enable_chunked_prefill,
-                         long_prefill_token_threshold=config.long_prefill_token_threshold,
-                         speculation=speculation)
+        return scheduler_class(
+            kv_cache,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.token_budget(self.enable_chunked_prefill),
+            max_model_len=config.max_model_len,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            speculation=speculation)
 
 
 MODES = {

@@ -8,11 +8,19 @@ Compute peaks are *dense* tensor-core figures. NVIDIA's datasheets print FP8/BF1
 sparsity", which is 2x the dense figure; LLM inference does not use 2:4 sparsity.
 """
 
-from dataclasses import dataclass
+import functools
+import os
+from dataclasses import dataclass, replace
 from typing import Optional
 
+from mla import MlaSpec
+from model_config import config_json_path, model_fields, read_config_json
+from moe import MoeSpec
+
 # Bytes per element of each dtype name used below and by --kv-cache-dtype.
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+# MXFP4 (gpt-oss's experts): 4-bit values with one 8-bit scale per 32, 4.25 bits each (OCP
+# Microscaling Formats (MX) v1.0 specification).
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "mxfp4": 4.25 / 8}
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class ModelSpec:
     num_heads: int
     num_kv_heads: int            # < num_heads: grouped-query attention, a smaller KV cache
     head_dim: int
-    intermediate_size: int       # FFN width
+    intermediate_size: int       # FFN width (of the dense layers, in an MoE model)
     vocab_size: int
     weight_dtype: str            # "bf16", "fp16" or "fp8" (linear layers; embeddings stay 16-bit)
     source: str                  # the config.json the shapes come from (`presets` prints it)
@@ -43,14 +51,70 @@ class ModelSpec:
     tied_embeddings: bool = False  # LM head shares the embedding matrix
     num_position_embeddings: int = 0  # learned absolute positions (OPT); 0 for rotary models
     attention_bias: bool = False   # q/k/v projections carry biases (Qwen2, OPT)
+    # -- read from a config.json (model_config.py); the hand-written presets leave them unset --
+    max_position_embeddings: Optional[int] = None  # the longest context; the default
+    #                              --max-model-len, and its ceiling (vLLM's rule)
+    moe: Optional[MoeSpec] = None  # experts (moe.py); None: every layer a dense MLP
+    mla: Optional[MlaSpec] = None  # latent attention (mla.py); None: GQA heads
+    sliding_window: int = 0      # tokens a sliding-window layer attends to (gpt-oss: 128)
+    num_sliding_layers: int = 0  # layers with that window; the rest attend to everything
+    num_nextn_predict_layers: int = 0  # MTP layers shipped for speculative decoding (DeepSeek)
+
+    # -- parameters: attention, dense MLPs, experts --------------------------------------------
+
+    @property
+    def num_attention_params(self) -> int:
+        """The q, k, v, o projections (or MLA's), all layers."""
+        if self.mla is not None:
+            return self.num_layers * self.mla.attention_params_per_layer(self.hidden_size,
+                                                                         self.num_heads)
+        q_and_o = 2 * self.hidden_size * self.num_heads * self.head_dim
+        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        return self.num_layers * (q_and_o + k_and_v)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - (self.moe.num_moe_layers if self.moe else 0)
+
+    @property
+    def num_dense_mlp_params(self) -> int:
+        """The MLPs of the dense layers (all of them in a dense model)."""
+        return (self.num_dense_layers * self.num_mlp_matrices * self.hidden_size
+                * self.intermediate_size)
+
+    @property
+    def num_expert_params(self) -> int:
+        """Every routed expert of every MoE layer (0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        return self.moe.num_moe_layers * self.moe.num_experts * self.moe.expert_params(
+            self.hidden_size)
+
+    @property
+    def num_shared_expert_params(self) -> int:
+        """Shared experts of every MoE layer: read and computed by every token."""
+        if self.moe is None:
+            return 0
+        return self.moe.num_moe_layers * self.moe.shared_params(self.hidden_size)
+
+    @property
+    def num_always_read_params(self) -> int:
+        """The linear weights every step reads whatever its tokens: all but the routed experts."""
+        return self.num_attention_params + self.num_dense_mlp_params + self.num_shared_expert_params
 
     @property
     def num_linear_params(self) -> int:
-        """Weights of the per-layer matmuls (q, k, v, o projections and the MLP), all layers."""
-        q_and_o = 2 * self.hidden_size * self.num_heads * self.head_dim
-        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
-        mlp = self.num_mlp_matrices * self.hidden_size * self.intermediate_size
-        return self.num_layers * (q_and_o + k_and_v + mlp)
+        """Weights of the per-layer matmuls (attention, MLPs, every expert), all layers."""
+        return self.num_always_read_params + self.num_expert_params
+
+    @property
+    def num_active_linear_params(self) -> int:
+        """The linear weights one token computes on: all but the experts it did not pick."""
+        if self.moe is None:
+            return self.num_linear_params
+        picked = self.moe.num_moe_layers * self.moe.experts_per_token * self.moe.expert_params(
+            self.hidden_size)
+        return self.num_always_read_params + picked
 
     @property
     def num_embedding_params(self) -> int:
@@ -60,36 +124,83 @@ class ModelSpec:
 
     @property
     def num_small_params(self) -> int:
-        """Norm weights, q/k/v biases and learned positions: 16-bit whatever the weight dtype."""
+        """Norm weights, q/k/v biases, learned positions and routers: 16-bit whatever the weight
+        dtype."""
         norms = (2 * self.num_layers + 1) * self.hidden_size
+        if self.mla is not None:
+            norms += self.num_layers * self.mla.norm_params_per_layer()
         biases = 0
         if self.attention_bias:
             biases = self.num_layers * (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        return norms + biases + self.num_position_embeddings * self.hidden_size
+        routers = self.moe.num_moe_layers * self.moe.router_params(self.hidden_size) if self.moe else 0
+        return norms + biases + routers + self.num_position_embeddings * self.hidden_size
 
     @property
     def num_params(self) -> int:
         return self.num_linear_params + self.num_embedding_params + self.num_small_params
 
     @property
+    def expert_dtype(self) -> str:
+        """The dtype of the routed experts: gpt-oss ships them alone in MXFP4."""
+        return (self.moe.expert_dtype or self.weight_dtype) if self.moe else self.weight_dtype
+
+    @property
     def weight_bytes(self) -> int:
-        """Bytes of the checkpoint on the GPU (FP8 per-channel scales, ~0.04%, left out)."""
-        return (self.num_linear_params * DTYPE_BYTES[self.weight_dtype]
-                + (self.num_embedding_params + self.num_small_params) * 2)
+        """Bytes of the checkpoint on the GPU (FP8 per-channel scales, ~0.04%, left out;
+        MXFP4's one scale byte per 32 values counted)."""
+        return int(self.num_always_read_params * DTYPE_BYTES[self.weight_dtype]
+                   + self.num_expert_params * DTYPE_BYTES[self.expert_dtype]
+                   + (self.num_embedding_params + self.num_small_params) * 2)
+
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs of one (query, key) pair in every full-attention layer: 4 x heads x head_dim
+        (the score and the weighted value), or MLA's absorbed form (mla.py)."""
+        layers = self.num_full_attention_layers
+        if self.mla is not None:
+            return layers * self.num_heads * self.mla.flops_per_pair_per_head()
+        return 4 * layers * self.num_heads * self.head_dim
+
+    def sliding_attention_flops_per_pair(self) -> int:
+        """The same in the sliding-window layers."""
+        return 4 * self.num_sliding_layers * self.num_heads * self.head_dim
+
+    # -- the KV cache --------------------------------------------------------------------------
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers whose KV grows with the whole context (all but the sliding-window ones)."""
+        return self.num_layers - self.num_sliding_layers
+
+    def kv_values_per_token_per_layer(self) -> int:
+        """Values one token caches in one layer: 2 x kv_heads x head_dim, or MLA's latent."""
+        if self.mla is not None:
+            return self.mla.cached_values_per_layer()
+        return 2 * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, kv_dtype: str) -> int:
-        """Keys and values of one token in every layer: layers x 2 x kv_heads x head_dim x bytes.
+        """Keys and values of one token in every full-attention layer: layers x 2 x kv_heads x
+        head_dim x bytes (MLA: layers x (kv_lora_rank + qk_rope_head_dim) x bytes).
 
         kv_dtype "auto" means the model's activation dtype, which is 16-bit even for FP8
-        checkpoints (vLLM's --kv-cache-dtype auto).
+        checkpoints (vLLM's --kv-cache-dtype auto). Sliding-window layers hold only their window
+        of each sequence (`sliding_kv_bytes_per_token`), so they are not counted per token here.
         """
         element_bytes = 2 if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
-        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * element_bytes
+        return self.num_full_attention_layers * self.kv_values_per_token_per_layer() * element_bytes
+
+    def sliding_kv_bytes_per_token(self, kv_dtype: str) -> int:
+        """One token's keys and values in the sliding-window layers (held for `sliding_window`
+        tokens of each sequence only)."""
+        element_bytes = 2 if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
+        return self.num_sliding_layers * self.kv_values_per_token_per_layer() * element_bytes
 
     def kv_bytes_per_token_per_gpu(self, kv_dtype: str, tensor_parallel_size: int) -> int:
         """One GPU's share of a token's keys and values under tensor parallelism: its
         num_kv_heads / tp KV heads, and at least one, since with more GPUs than KV heads vLLM
-        gives each GPU a copy of one (`ModelConfig.get_num_kv_heads`, vllm/config/model.py)."""
+        gives each GPU a copy of one (`ModelConfig.get_num_kv_heads`, vllm/config/model.py).
+        MLA's latent has no heads to split: every GPU keeps all of it (mla.py)."""
+        if self.mla is not None:
+            return self.kv_bytes_per_token(kv_dtype)
         heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel_size)
         return self.kv_bytes_per_token(kv_dtype) // self.num_kv_heads * heads_per_gpu
 
@@ -213,3 +324,76 @@ MODELS = {
                          num_position_embeddings=2050, attention_bias=True,
                          source="config.json of facebook/opt-13b"),
 }
+
+# Models read from the config.json files in code/models/ (model_config.py), each the file its
+# Hugging Face repository publishes (code/models/README.md names them and their licenses):
+# a preset and `--model code/models/<file>` give the same numbers, because they are the same.
+MODELS_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
+CONFIG_PRESETS = {
+    "qwen3-8b": ("Qwen3-8B.json", "Qwen/Qwen3-8B"),
+    "mixtral-8x7b": ("Mixtral-8x7B-v0.1.json", "mistralai/Mixtral-8x7B-v0.1"),
+    "qwen3-30b-a3b": ("Qwen3-30B-A3B.json", "Qwen/Qwen3-30B-A3B"),
+    "qwen3-235b-a22b": ("Qwen3-235B-A22B.json", "Qwen/Qwen3-235B-A22B"),
+    "qwen3-235b-a22b-fp8": ("Qwen3-235B-A22B-FP8.json", "Qwen/Qwen3-235B-A22B-FP8"),
+    "deepseek-v3": ("DeepSeek-V3.json", "deepseek-ai/DeepSeek-V3"),
+    "gpt-oss-20b": ("gpt-oss-20b.json", "openai/gpt-oss-20b"),
+    "gpt-oss-120b": ("gpt-oss-120b.json", "openai/gpt-oss-120b"),
+    "llama-4-scout": ("Llama-4-Scout-17B-16E-Instruct.json",
+                      "meta-llama/Llama-4-Scout-17B-16E-Instruct"),
+}
+
+
+def model_from_config_json(path: str, name: Optional[str] = None) -> ModelSpec:
+    """The ModelSpec of a Hugging Face config.json (a file, or a folder holding one)."""
+    fields = model_fields(read_config_json(path), config_json_path(path))
+    if name is not None:
+        fields["name"] = name
+        fields["source"] = f"config.json of {name} (code/models/{os.path.basename(path)})"
+    return ModelSpec(**fields)
+
+
+for _key, (_file, _repo) in CONFIG_PRESETS.items():
+    MODELS[_key] = model_from_config_json(os.path.join(MODELS_FOLDER, _file), _repo)
+
+
+@functools.lru_cache(maxsize=None)
+def model_spec(model: str) -> ModelSpec:
+    """`--model`: a preset's key, or a path to a config.json read once per run (the cache is
+    speed only: the file's numbers are the same each time it is read)."""
+    if model in MODELS:
+        return MODELS[model]
+    return model_from_config_json(model)
+
+
+# vLLM's --quantization methods servesim prices, and --dtype's names for 16-bit weights.
+QUANTIZATIONS = ("fp8", "mxfp4")
+DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
+
+def checkpoint_quantization(model: ModelSpec) -> Optional[str]:
+    """The method a checkpoint ships quantized with (fp8, mxfp4), or None for 16-bit."""
+    for dtype in (model.expert_dtype, model.weight_dtype):
+        if dtype in QUANTIZATIONS:
+            return dtype
+    return None
+
+
+def with_precision(model: ModelSpec, quantization: Optional[str], dtype: str) -> ModelSpec:
+    """The model as `--quantization` and `--dtype` load it (vLLM's flags): `--quantization fp8`
+    quantizes a 16-bit checkpoint's linear layers at load time (vLLM's online dynamic FP8);
+    `--dtype` names the 16-bit type of an unquantized one. A checkpoint that ships quantized
+    keeps its method (config.py refuses another, as vLLM does)."""
+    if checkpoint_quantization(model) is not None:
+        return model
+    if quantization is not None:
+        return replace(model, weight_dtype=quantization)
+    if DTYPES[dtype] is not None:
+        return replace(model, weight_dtype=DTYPES[dtype])
+    return model
+
+
+def default_max_model_len(model: str, lesson_default: int) -> int:
+    """vLLM's default --max-model-len, the model's max_position_embeddings; `lesson_default` for
+    a hand-written preset, which does not say it."""
+    longest = model_spec(model).max_position_embeddings
+    return lesson_default if longest is None else longest

@@ -33,9 +33,11 @@ the next step before this one's drafts are known), tree drafting, n-gram steps t
 (vLLM then drafts nothing for the request; servesim's n-gram always drafts k), padding a newly
 admitted one-token step to 1 + k for CUDA graphs (0.30.0). With prefix caching, an EAGLE head
 makes a request compute again the last block it found cached (kv_cache.py). The command line's
-JSON is read in commands/speculative_flag.py. Facts and sources:
-../shared/notes/vllm-v1-specdec-prefix.md (sections A1-A4); vLLM 0.30.0's
-vllm/config/speculative.py and v1/core/sched/scheduler.py.
+JSON is read in commands/speculative_flag.py. Facts and sources: vLLM 0.30.0's
+vllm/config/speculative.py and vllm/v1/core/sched/scheduler.py; the history of what each
+version accepts (commands/vllm_facts.py) from the same files at v0.18.0 and earlier, and from
+vLLM's docs/features/README.md (the feature matrix) and
+docs/features/speculative_decoding/README.md ("Known Feature Incompatibility").
 """
 
 import random
@@ -43,15 +45,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from config import ConfigError
-from presets import MODELS, ModelSpec
+from dataclasses import replace
 
-MODELLED_METHODS = ("ngram", "ngram_gpu", "eagle", "eagle3", "draft_model")
+from presets import MODELS, ModelSpec, model_spec
+
+MODELLED_METHODS = ("ngram", "ngram_gpu", "eagle", "eagle3", "draft_model", "mtp")
 NO_GPU_WORK_METHODS = ("ngram", "ngram_gpu")  # a lookup in the tokens so far (CPU or GPU)
 EAGLE_METHODS = ("eagle", "eagle3")           # a head fed the target's hidden states
 # vLLM 0.30.0's other methods, and why servesim does not run them.
 UNMODELLED_METHODS = {
-    "mtp": "needs a target with multi-token-prediction layers (DeepSeek-V3, Qwen3-Next, MiMo); "
-           "none of servesim's models has them",
     "medusa": "is not modelled by servesim",
     "mlp_speculator": "is not modelled by servesim",
     "suffix": "is not modelled by servesim (its draft length varies with the match)",
@@ -99,6 +101,11 @@ DEFAULT_ACCEPTANCE = {
         iid_per_position(mean_acceptance_length=2.86, num_drafts=3),
         "vLLM's draft-model reference: Qwen3-1.7B drafted by Qwen3-0.6B, InstructCoder, greedy, "
         "mean acceptance length 2.86 (tests/v1/e2e/spec_decode, v0.18.0), as one rate per draft"),
+    # k = 1 measured; more drafts reuse the one MTP layer (vLLM), at the same rate each here.
+    "mtp": MeasuredAcceptance(
+        (0.85,),
+        "DeepSeek-V3 Technical Report (arXiv:2412.19437), section 5.4.3: the second token's "
+        "acceptance rate is 85-90% across generation topics; servesim takes 85%"),
 }
 
 
@@ -144,8 +151,9 @@ class DraftHeadSpec(ModelSpec):
     owns_lm_head: bool = True    # EAGLE-3: loads an LM head of its own
 
     @property
-    def num_linear_params(self) -> int:
-        return super().num_linear_params + self.num_fc_params
+    def num_always_read_params(self) -> int:
+        """The decoder layer's weights and the input projection (read every pass)."""
+        return super().num_always_read_params + self.num_fc_params
 
     @property
     def num_embedding_params(self) -> int:
@@ -164,6 +172,22 @@ def eagle_head(target: ModelSpec, method: str) -> DraftHeadSpec:
         weight_dtype="bf16", source="derived from the target's shapes",
         num_fc_params=num_fused * target.hidden_size * target.hidden_size,
         owns_lm_head=method == "eagle3")
+
+
+def mtp_head(target: ModelSpec) -> DraftHeadSpec:
+    """DeepSeek-V3's multi-token-prediction module, as vLLM loads it for method mtp: one more
+    decoder layer of the target's kind (MLA, experts) per num_nextn_predict_layers, fed the
+    target's hidden state and the next token's embedding through a 2d x d projection; the
+    embeddings and LM head are the target's (DeepSeek-V3 report, section 2.2)."""
+    num_layers = target.num_nextn_predict_layers
+    moe = replace(target.moe, num_moe_layers=num_layers) if target.moe else None
+    return DraftHeadSpec(
+        f"MTP layer of {target.name}", num_layers=num_layers, hidden_size=target.hidden_size,
+        num_heads=target.num_heads, num_kv_heads=target.num_kv_heads, head_dim=target.head_dim,
+        intermediate_size=target.intermediate_size, vocab_size=target.vocab_size,
+        weight_dtype=target.weight_dtype, source="the target's num_nextn_predict_layers",
+        moe=moe, mla=target.mla, num_fc_params=2 * target.hidden_size * target.hidden_size,
+        owns_lm_head=False)
 
 
 @dataclass(frozen=True)
@@ -186,7 +210,7 @@ NO_SPECULATION = Speculation()
 @dataclass(frozen=True)
 class SpeculativeConfig:
     """`--speculative-config`, with vLLM's keys and defaults (vllm/config/speculative.py)."""
-    method: str                            # ngram, ngram_gpu, eagle, eagle3, draft_model
+    method: str                            # ngram, ngram_gpu, eagle, eagle3, draft_model, mtp
     num_speculative_tokens: int            # k, drafts per step
     model: Optional[str] = None            # draft_model: a --model preset; eagle*: the head
     prompt_lookup_min: Optional[int] = None  # n-gram: shortest match looked up (tokens); read
@@ -209,7 +233,7 @@ class SpeculativeConfig:
     def uses_eagle(self) -> bool:
         """A head fed the target's hidden states: with prefix caching, the last block a request
         finds cached is computed again, for the hidden states it needs (vLLM's use_eagle)."""
-        return self.method in EAGLE_METHODS
+        return self.method in EAGLE_METHODS or self.method == "mtp"
 
     @property
     def num_draft_slots(self) -> int:
@@ -226,6 +250,8 @@ class SpeculativeConfig:
             return MODELS[self.model]
         if self.method in EAGLE_METHODS:
             return eagle_head(target, self.method)
+        if self.method == "mtp":
+            return mtp_head(target)
         return None
 
     def speculation(self, rng: random.Random) -> Speculation:
@@ -286,6 +312,10 @@ class SpeculativeConfig:
                               f"1 or the target's --tensor-parallel-size {target_tp} (as in vLLM)")
         if self.method == "draft_model":
             self._validate_draft_model(target_name, target_tp)
+        if self.method == "mtp" and model_spec(target_name).num_nextn_predict_layers == 0:
+            raise ConfigError(f"--speculative-config method mtp needs a target with "
+                              f"multi-token-prediction layers (num_nextn_predict_layers in its "
+                              f"config.json, e.g. deepseek-v3); {target_name} has none")
         self._validate_acceptance()
 
     def _validate_draft_model(self, target_name: str, target_tp: int) -> None:
@@ -326,7 +356,8 @@ class SpeculativeConfig:
                     "eagle": "EAGLE head: 1 layer of the target's width",
                     "eagle3": f"EAGLE-3 head: 1 layer of the target's width, a "
                               f"{EAGLE3_DRAFT_VOCAB_SIZE:,}-token vocabulary",
-                    "draft_model": f"draft model {self.model}"}[self.method]
+                    "draft_model": f"draft model {self.model}",
+                    "mtp": "the target's multi-token-prediction layer"}[self.method]
         per_position = "/".join(f"{100 * p:.0f}" for p in self.acceptance().per_position())
         return (f"speculative decoding: {self.method}, k = {self.num_speculative_tokens} drafts "
                 f"({proposer}); acceptance per position {per_position}%")

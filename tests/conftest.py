@@ -21,6 +21,14 @@ from scheduler import Scheduler  # noqa: E402
 from spec_decode import NO_SPECULATION  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def fresh_clone(tmp_path_factory) -> Path:
+    """The project copied where nothing is beside it, as a learner's fresh clone: the docs'
+    commands run there (tests/test_readme.py, tests/test_readme_commands.py)."""
+    from readme_blocks import copy_as_a_fresh_clone
+    return copy_as_a_fresh_clone(tmp_path_factory.mktemp("clone"))
+
+
 def make_request(request_id, prompt_len, max_tokens=100, arrival_s=0.0) -> Request:
     return Request(str(request_id), arrival_s, prompt_len, max_tokens)
 

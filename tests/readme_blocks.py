@@ -1,7 +1,8 @@
 """The docs' pasted outputs, regenerated from the commands they show, so the docs cannot rot.
 
-The docs are README.md and the skill file outputs/skill-vllm-scheduler-reader.md (DOCUMENTS). A
-block in either looks like
+The docs are every README.md of the repository (the top one and those beside the code they
+describe) and the skill file outputs/skill-vllm-scheduler-reader.md (DOCUMENTS). A block in any
+of them looks like
 
     <!-- name:start -->
     ```
@@ -22,6 +23,7 @@ engine (tests/test_fuzz.py, tests/test_invariants.py), besides every other test'
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,8 +32,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SKILL = ROOT / "outputs" / "skill-vllm-scheduler-reader.md"  # the lesson's deliverable
-ENGINE_README = ROOT / "code" / "README.md"  # the engine and its clock, in depth
-DOCUMENTS = (README, SKILL, ENGINE_README)
+
+
+def readmes() -> list[Path]:
+    """Every README.md of the project, the top one first (none under a hidden folder such as
+    .git, .venv or a tool's cache, nor under tests/data, whose README describes recorded data,
+    not commands)."""
+    found = [path for path in ROOT.rglob("README.md")
+             if not any(part.startswith(".") or part == "data"
+                        for part in path.relative_to(ROOT).parts[:-1])]
+    return sorted(found, key=lambda path: (path != README, str(path)))
+
+
+DOCUMENTS = (*readmes(), SKILL)
 BLOCK = re.compile(r"<!-- (?P<name>[\w-]+):start -->\n```\n(?P<body>.*?)```\n<!-- (?P=name):end -->",
                    re.DOTALL)
 
@@ -45,9 +58,9 @@ def written_files(commands: list[str]) -> list[str]:
     return sorted({path for c in commands for path in re.findall(r"outputs/[\w.-]+", c)})
 
 
-def run_commands(commands: list[str], outputs_dir: Path) -> str:
-    """Run the commands in order, writing outputs/ files into `outputs_dir`; return what the
-    last one printed."""
+def run_commands(commands: list[str], outputs_dir: Path, cwd: Path = ROOT) -> str:
+    """Run the commands in order from `cwd` (the project, or a fresh copy of it), writing
+    outputs/ files into `outputs_dir`; return what the last one printed."""
     environment = {**os.environ, "SERVESIM_CHECK_INVARIANTS": ""}  # see the module docstring
     with tempfile.TemporaryDirectory() as scratch:
         output = ""
@@ -55,15 +68,24 @@ def run_commands(commands: list[str], outputs_dir: Path) -> str:
             shell_command = command.replace("/tmp/", scratch + "/")
             shell_command = shell_command.replace("outputs/", f"{outputs_dir}/")
             shell_command = re.sub(r"(^|(?<=[\s;(]))python3 ", f"{sys.executable} ", shell_command)
-            result = subprocess.run(shell_command, shell=True, cwd=ROOT, env=environment,
+            result = subprocess.run(shell_command, shell=True, cwd=cwd, env=environment,
                                     capture_output=True, text=True, check=True)
             output = result.stdout
     return output
 
 
-def fresh_body(body: str, outputs_dir: Path = ROOT / "outputs") -> str:
+def fresh_body(body: str, outputs_dir: Path = ROOT / "outputs", cwd: Path = ROOT) -> str:
     commands = commands_of(body)
-    return "".join(f"$ {c}\n" for c in commands) + run_commands(commands, outputs_dir)
+    return "".join(f"$ {c}\n" for c in commands) + run_commands(commands, outputs_dir, cwd)
+
+
+def copy_as_a_fresh_clone(destination: Path) -> Path:
+    """The project's files copied into `destination`/servesim, with nothing beside them (no
+    folder of notes, no virtual environment, no caches): where a learner's clone would be."""
+    clone = destination / "servesim"
+    shutil.copytree(ROOT, clone, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", ".pytest_cache", "*.pyc"))
+    return clone
 
 
 def blocks(text: str) -> dict[str, str]:
@@ -77,8 +99,14 @@ def regenerate(text: str) -> str:
     return BLOCK.sub(refresh, text)
 
 
+def all_blocks() -> dict[str, str]:
+    """Every pasted block of every document, by name (names are unique across the documents)."""
+    return {name: body for document in DOCUMENTS
+            for name, body in blocks(document.read_text(encoding="utf-8")).items()}
+
+
 if __name__ == "__main__":
-    for document in DOCUMENTS:
+    for document in DOCUMENTS:  # every document, in one command
         document.write_text(regenerate(document.read_text(encoding="utf-8")), encoding="utf-8")
         print(f"rewrote {len(blocks(document.read_text(encoding='utf-8')))} blocks in "
               f"{document.relative_to(ROOT)}")

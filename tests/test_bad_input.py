@@ -94,7 +94,7 @@ CATALOGUE = [
     (["--mode", "chunked", "--no-enable-chunked-prefill"], "contradicts --mode"),
     # -- advice that is itself valid --
     (["--block-size", "1048576"], "any one of these fits: --block-size 16,"),
-    (["--gpu", "h100-sxm5"], "any one of these fits: --max-model-len 3824,"),
+    (["--gpu", "h100-sxm5"], "any one of these fits: --max-model-len "),
     (["--model", "llama-3.1-405b-fp8", "--gpu", "l4", "--tensor-parallel-size", "8"],
      "any one of these fits: --tensor-parallel-size 32"),
     (["--mode", "static", "--max-num-seqs", "1000000"],

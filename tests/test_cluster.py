@@ -101,19 +101,12 @@ def test_too_few_replicas_queue_up_and_enough_do_not(capsys):
     assert abs(ttft[8] - ttft[4]) < 0.3 * ttft[4]  # enough: more replicas change little
 
 
-def mooncake_slice(tmp_path) -> str:
-    """The first 200 requests of Mooncake's conversation trace (tests/data, with its source)."""
-    import gzip
-    from conftest import ROOT
-    data = gzip.decompress((ROOT / "tests" / "data" /
-                            "mooncake_conversation_first200.jsonl.gz").read_bytes())
-    path = tmp_path / "mooncake.jsonl"
-    path.write_bytes(data)
-    return str(path)
+MOONCAKE_SLICE = "tests/data/mooncake_conversation_first200.jsonl.gz"  # its source beside it
 
 
 def test_on_mooncake_prefix_aware_routing_hits_more_and_answers_sooner(capsys, tmp_path):
-    trace = mooncake_slice(tmp_path)
+    from conftest import ROOT
+    trace = str(ROOT / MOONCAKE_SLICE)
     runs = {router: results(capsys, "run", "--trace", trace, "--data-parallel-size", "4",
                             "--router", router)
             for router in ("round-robin", "least-loaded", "prefix-aware")}
@@ -176,7 +169,7 @@ def test_a_full_decode_pool_makes_the_transfer_wait(capsys):
     (["--pd", "1:1", "--kv-transfer-bandwidth", "0"], "positive number of GB/s"),
     (["--pd", "0:1"], "at least one prefill"),
     (["--pd", "1-1"], "give P:D"),
-    (["--data-parallel-size", "0"], "give 1 to"),
+    (["--data-parallel-size", "0"], "integer in [1, 64]"),
     (["--kv-transfer-bandwidth", "nvlink"], "with --pd"),
     (["--pd", "1:1", "--data-parallel-size", "2"], "leave out"),
     (["--router", "prefix-aware"], "picks among replicas"),

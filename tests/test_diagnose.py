@@ -1,35 +1,55 @@
-"""diagnose: configs that plainly have each bottleneck are named so from their counters; every
-recommendation is served again, and what it buys is what `run` gives with its flags; --observed
-agrees with the simulation it was taken from and not with one whose ITL is three times as long;
-bad input gets one line."""
+"""diagnose: configs that plainly have each bottleneck are named so from their counters; the
+search keeps a change only if it raises goodput (or, at equal goodput, helps the bottleneck
+without a headline metric 10% worse), never lowers goodput, and adds GPUs only when no same-GPU
+change meets the SLO; each kept change is what `run` gives with its flags; published tuning
+guidance is what it finds first (or it shows its own pick beating it); --observed agrees with the
+simulation it was taken from and not with one whose ITL is three times as long; bad input gets
+one line."""
 
 import contextlib
 import functools
 import io
 import json
+import os
 
 import pytest
 
 import main
 from commands import cli
 from commands.bottleneck import BOTTLENECKS
-from commands.tuning import MAX_RESIMULATIONS
+from commands.tuning import MAX_RESIMULATIONS, SLO_ATTAINMENT_PCT
 
 MIXED = ["--num-prompts", "40"]  # the lesson's mixed traffic at 4 req/s, on 70B FP8 and one H200
 LONG_PROMPTS = ["--dataset-name", "random", "--random-input-len", "6000", "--random-output-len",
                 "100", "--num-prompts", "20", "--request-rate", "2"]
 LESSON_SETUP = ["--gpu", "h100-sxm5", "--dataset-name", "random", "--random-input-len", "1000",
                 "--random-output-len", "500", "--num-prompts", "128", "--max-concurrency", "128"]
+SMALL_8B = ["--model", "llama-3.1-8b", "--gpu", "l4"]
+LESSON_BUDGET = ["--max-num-batched-tokens", "512", "--max-num-seqs", "256"]
+EAGLE3_8B = '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", ' \
+            '"num_speculative_tokens": 3}'
 # One config per bottleneck, each the plain case the issue names.
 PLAIN = {
-    # 600 blocks (9,600 tokens) for 40 mixed requests: one long document fills most of it
-    "kv_starvation": ["--num-gpu-blocks-override", "600", *MIXED],
+    # 600 blocks (9,600 tokens) for 40 mixed requests where the memory holds 190,000
+    "hand_set_pool": ["--num-gpu-blocks-override", "600", *MIXED],
+    # 8B on a 24 GB L4: 24 seats of mixed traffic need more than the 35,000 tokens it holds
+    "kv_starvation": [*SMALL_8B, "--max-num-seqs", "24", *MIXED],
+    # 2,000 shared tokens before every prompt, recomputed with the cache off
+    "prefix_cache_off": ["--dataset-name", "random", "--random-prefix-len", "2000",
+                         "--random-input-len", "200", "--random-output-len", "100",
+                         "--num-prompts", "30", "--request-rate", "4",
+                         "--no-enable-prefix-caching"],
     # two seats for 40 requests arriving at 4 a second
     "batching_stall": ["--max-num-seqs", "2", *MIXED],
     # 6,000-token prompts, each computed whole in one step beside the decodes
     "chunk_missized": ["--no-enable-chunked-prefill", *LONG_PROMPTS],
     # 64-token chunks of 70B on an H200, whose weights take as long as ~130 tokens of GEMMs
     "chunk_missized-small": ["--max-num-batched-tokens", "64", "--max-num-seqs", "64", *MIXED],
+    # 128 clients of 8B with EAGLE-3: about 90 decodes x 4 tokens verified a step
+    "speculation_overhead": ["--model", "llama-3.1-8b", "--gpu", "h100-sxm5", "--dataset-name",
+                             "random", "--random-input-len", "100", "--random-output-len", "100",
+                             "--num-prompts", "200", "--max-concurrency", "128",
+                             "--speculative-config", EAGLE3_8B],
     # the lesson's own: 70B FP8 on one 80 GB card, 128 clients
     "hbm_bound": LESSON_SETUP,
     # one request every five seconds to a 70B model
@@ -44,15 +64,38 @@ PLAIN = {
 
 @functools.lru_cache(maxsize=None)
 def printed(*argv) -> str:
-    """What `python3 code/main.py ARGV...` prints, run in this process (once per argv)."""
+    """What `python3 code/main.py ARGV...` prints, run in this process (once per argv).
+    diagnose runs without the invariant checker: its search serves the same engine some thirty
+    times a config, which the checker would make the suite's slowest minute; the engine's
+    invariants are checked on `run` here, and on the workloads made to break it
+    (test_invariants.py, test_fuzz.py)."""
     buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
+    with contextlib.redirect_stdout(buffer), invariant_checks(argv[0] != "diagnose"):
         assert cli.main(list(argv), main.simulate, main.knobs()) == 0
     return buffer.getvalue()
 
 
+@contextlib.contextmanager
+def invariant_checks(on: bool):
+    saved = os.environ.pop("SERVESIM_CHECK_INVARIANTS", None)
+    if on and saved is not None:
+        os.environ["SERVESIM_CHECK_INVARIANTS"] = saved
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["SERVESIM_CHECK_INVARIANTS"] = saved
+
+
 def diagnosis(*argv) -> dict:
     return json.loads(printed("diagnose", *argv, "--format", "json"))
+
+
+def as_diagnosed(argv) -> list[str]:
+    """argv with the flags diagnose took at vLLM's defaults written out, so that `run` serves
+    the same config."""
+    assumed = diagnosis(*argv)["assumed_vllm_defaults"]
+    return [*argv, *(part for flag in assumed for part in flag.split())]
 
 
 def run_result(*argv) -> dict:
@@ -60,20 +103,26 @@ def run_result(*argv) -> dict:
     chunked prefill off is written --mode continuous there)."""
     argv = [arg for arg in argv if arg != "--no-enable-chunked-prefill"] + (
         ["--mode", "continuous"] if "--no-enable-chunked-prefill" in argv else [])
+    if "--enable-chunked-prefill" in argv:
+        argv = [arg for arg in argv if arg != "--enable-chunked-prefill"
+                and arg != "continuous" and arg != "--mode"]
     return json.loads(printed("run", *argv, "--format", "json"))["results"][0]
 
 
 def with_flags(argv: list[str], flags: dict) -> list[str]:
     """argv with a recommendation's flags set: a value replaces the flag's, None leaves it out,
-    True turns a --[no-] switch on."""
+    True and False turn a --[no-] switch on and off."""
     argv = list(argv)
     for flag, value in flags.items():
         for spelling in (flag, "--no-" + flag[2:]):
             if spelling in argv:
                 at = argv.index(spelling)
-                del argv[at:at + (1 if spelling.startswith("--no-") or value is True else 2)]
+                switch = spelling.startswith("--no-") or value in (True, False)
+                del argv[at:at + (1 if switch else 2)]
         if value is True:
             argv.append(flag)
+        elif value is False:
+            argv.append("--no-" + flag[2:])
         elif value is not None:
             argv += [flag, str(value)]
     return argv
@@ -88,13 +137,25 @@ def test_a_config_that_plainly_has_a_bottleneck_is_named_so(case):
     assert diagnosis(*PLAIN[case])["bottleneck"] == case.split("-")[0]
 
 
-@pytest.mark.parametrize("case", sorted(set(PLAIN) - {"hbm_bound"}))
+@pytest.mark.parametrize("case", ["batching_stall", "hand_set_pool", "none"])
 def test_the_counters_it_read_are_those_run_reports_for_the_same_flags(case):
-    evidence, result = diagnosis(*PLAIN[case])["evidence"], run_result(*PLAIN[case])
+    evidence = diagnosis(*PLAIN[case])["evidence"]
+    result = run_result(*as_diagnosed(PLAIN[case]))
     for name in ("waiting_on_kv_blocks_pct", "waiting_on_max_num_seqs_pct",
                  "waiting_on_prompt_budget_pct", "num_preemptions", "recomputed_pct",
                  "median_itl_ms", "p99_itl_ms", "prompt_time_pct", "mean_ttft_ms"):
         assert evidence[name] == result[name], name
+
+
+def test_flags_left_out_take_vllms_defaults_for_the_gpu_and_say_so():
+    h200, l4 = diagnosis(*MIXED), diagnosis(*SMALL_8B, *MIXED)
+    assert h200["assumed_vllm_defaults"] == ["--max-num-batched-tokens 8192",
+                                             "--max-num-seqs 1024",
+                                             "--gpu-memory-utilization 0.92"]
+    assert l4["assumed_vllm_defaults"][:2] == ["--max-num-batched-tokens 2048",
+                                               "--max-num-seqs 256"]
+    given = diagnosis("--max-num-seqs", "64", *MIXED)["assumed_vllm_defaults"]
+    assert "--max-num-seqs 1024" not in given and len(given) == 2
 
 
 def test_a_config_vllm_would_refuse_is_hbm_bound_by_the_memory_plans_own_figures():
@@ -102,30 +163,66 @@ def test_a_config_vllm_would_refuse_is_hbm_bound_by_the_memory_plans_own_figures
     assert found["kind"] == "refused" and "refuse to start" in found["reason"]
     assert found["evidence"]["kv_cache_tokens"] < found["evidence"]["max_model_len"] == 8192
     assert any(c["status"] == "refused" for c in found["compatibility"])
-    code, out, err = run_here("run", *LESSON_SETUP)
+    code, out, err = run_here("run", *as_diagnosed(LESSON_SETUP))
     fits = f"--max-model-len {found['evidence']['kv_cache_tokens']}"
     assert code == 2 and fits in err  # what `run` refuses, and its advice
 
 
-@pytest.mark.parametrize("case", sorted(set(PLAIN) - {"none"}))
-def test_the_first_recommendation_served_again_improves_its_metric_as_run_confirms(case):
-    first = diagnosis(*PLAIN[case])["recommendations"][0]
-    assert first["addresses"] == case.split("-")[0]
-    if first["before"] is None:  # vLLM would not have started: now it serves
-        assert first["refused"] is None and first["after"] > 0
-    else:
-        assert first["after"] < first["before"]
-    after = run_result(*with_flags(PLAIN[case], first["flags"]))
-    assert after[first["metric"]] == first["after"]
+def kept_steps(case):
+    """(argv before, the kept change) for each kept change of a plain case, in order."""
+    argv = as_diagnosed(PLAIN[case])
+    for kept in diagnosis(*PLAIN[case])["recommendations"]:
+        yield argv, kept
+        argv = with_flags(argv, kept["flags"])
 
 
-def test_every_kept_recommendation_builds_on_the_ones_before_it():
-    kept = diagnosis(*LESSON_SETUP)["recommendations"]
-    assert [r["flag"] for r in kept][-1] == "--tensor-parallel-size"  # more GPUs come last
-    argv = LESSON_SETUP
-    for earlier, later in zip(kept, kept[1:]):
-        argv = with_flags(argv, earlier["flags"])
-        assert later["before"] == earlier["after"] == run_result(*argv)[earlier["metric"]]
+@pytest.mark.parametrize("case", ["batching_stall", "hand_set_pool", "kv_starvation"])
+def test_every_kept_change_is_what_run_gives_with_its_flags_on_top_of_those_before(case):
+    steps = list(kept_steps(case))
+    assert steps
+    for argv, kept in steps:
+        after = run_result(*with_flags(argv, kept["flags"]))
+        assert after[kept["metric"]] == pytest.approx(kept["after"]) if (
+            kept["metric"] != "good_requests") else True
+        assert after["mean_ttft_ms"] == kept["also"]["mean_ttft_ms"][1]
+        assert after["output_throughput"] == kept["also"]["output_throughput"][1]
+
+
+@pytest.mark.parametrize("case", sorted(PLAIN))
+def test_no_kept_change_lowers_goodput_and_each_prints_every_headline_metric(case):
+    for kept in diagnosis(*PLAIN[case])["recommendations"]:
+        if kept["before"] is None:  # vLLM would not have started: now it serves
+            assert kept["refused"] is None
+            continue
+        before, after = kept["also"]["good_requests"]
+        assert after >= before
+        assert {"mean_ttft_ms", "mean_tpot_ms", "p99_itl_ms", "output_throughput",
+                "request_goodput"} <= set(kept["also"])
+
+
+@pytest.mark.parametrize("case", sorted(PLAIN))
+def test_no_recommendation_adds_gpus_while_a_change_on_the_same_gpus_meets_the_slo(case):
+    found = diagnosis(*PLAIN[case])
+    sent = found["num_requests"]
+    same_gpu = [trial for trial in found["recommendations"] + found["tried"]
+                if trial["gpus"][0] == trial["gpus"][1] and trial["refused"] is None
+                and trial["also"]]
+    met = any(100 * trial["also"]["good_requests"][1] >= SLO_ATTAINMENT_PCT * sent
+              for trial in same_gpu)
+    if met or (found["simulated"] and
+               100 * found["simulated"]["good_requests"] >= SLO_ATTAINMENT_PCT * sent):
+        assert found["more_gpus"] == []
+        assert all(r["gpus"][1] == r["gpus"][0] for r in found["recommendations"])
+
+
+def test_more_gpus_come_last_and_only_when_they_raise_goodput():
+    found = diagnosis(*PLAIN["batching_stall"])
+    flags = [r["flag"] for r in found["recommendations"]]
+    assert flags[0] == "--max-num-seqs" and "--tensor-parallel-size" not in flags[:-1]
+    for trial in found["more_gpus"]:
+        before, after = trial["also"]["good_requests"]
+        assert trial["kept"] == (after > before and trial is max(
+            found["more_gpus"], key=lambda t: t["also"]["request_goodput"][1] / t["gpus"][1]))
 
 
 def test_a_healthy_config_gets_no_recommendation_and_says_what_to_watch():
@@ -142,8 +239,10 @@ def test_diagnose_serves_the_workload_a_bounded_number_of_times():
         return main.simulate(*args, **kwargs)
 
     with contextlib.redirect_stdout(io.StringIO()):
-        assert cli.main(["diagnose", *LESSON_SETUP], counting_simulate, main.knobs()) == 0
-    assert 2 <= len(calls) <= MAX_RESIMULATIONS + 1
+        assert cli.main(["diagnose", *PLAIN["batching_stall"]], counting_simulate,
+                        main.knobs()) == 0
+    assert 2 <= len(calls) <= MAX_RESIMULATIONS + 3
+    assert len(calls) == diagnosis(*PLAIN["batching_stall"])["num_simulations"]
 
 
 def test_the_json_has_the_contract_fields():
@@ -155,6 +254,60 @@ def test_the_json_has_the_contract_fields():
     assert "observed" not in found and "observed_matches" not in found
 
 
+# -- published guidance: the symptom, and the change the guidance gives -----------------------
+
+GUIDANCE = {
+    # G1 / G15: frequent preemptions: more memory, fewer seats or a smaller budget, or TP
+    "G1": ([*SMALL_8B, "--max-num-seqs", "24", *MIXED],
+           {"--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens",
+            "--tensor-parallel-size", "--kv-cache-dtype"}),
+    # G2: a long prompt's whole step in the ITL tail: a smaller budget for ITL
+    "G2": (MIXED, {"--max-num-batched-tokens"}),
+    # G6: the pool holds less than one max_model_len sequence: lower it (or more memory)
+    "G6": ([*SMALL_8B, "--max-model-len", "131072", *MIXED],
+           {"--max-model-len", "--gpu-memory-utilization"}),
+    # G8 / G12: one client, a per-token SLO the weight stream alone misses: speculate (or FP8)
+    "G8": (["--dataset-name", "random", "--random-input-len", "500", "--random-output-len", "200",
+            "--num-prompts", "6", "--max-concurrency", "1", "--goodput", "tpot:15"],
+           {"--speculative-config", "--kv-cache-dtype"}),
+    # G10: prompts that share a long prefix, caching off: turn it on
+    "G10": (PLAIN["prefix_cache_off"], {"--enable-prefix-caching"}),
+    # G13: one seat: every request waits for the one before it
+    "G13": (["--max-num-seqs", "1", "--num-prompts", "20"], {"--max-num-seqs"}),
+    # G5: a 16-bit 70B model on one 80 GB card does not start: split it with TP
+    "G5": (["--model", "llama-3.3-70b", "--gpu", "h100-sxm5", "--num-prompts", "20"],
+           {"--tensor-parallel-size", "--max-model-len", "--max-num-seqs"}),
+    # G9: a draft model accepted 30% of the time under 100 clients and a tight per-token SLO:
+    # the drafts' compute costs more than it saves, so speculation goes off
+    "G9": (["--model", "llama-3.1-8b", "--gpu", "h100-sxm5", "--dataset-name", "random",
+            "--random-input-len", "200", "--random-output-len", "100", "--num-prompts", "100",
+            "--max-concurrency", "100", "--speculative-config",
+            '{"model": "llama-3.2-1b", "num_speculative_tokens": 4}', "--spec-acceptance-rate",
+            "0.3", "--goodput", "tpot:12"], {"--speculative-config"}),
+}
+
+
+@pytest.mark.parametrize("symptom", sorted(GUIDANCE))
+def test_the_first_kept_change_is_the_guidances_or_beats_it_on_goodput(symptom):
+    argv, guidance = GUIDANCE[symptom]
+    found = diagnosis(*argv)
+    first = found["recommendations"][0]
+    if first["flag"] in guidance:
+        return
+    first_goodput = first["also"]["good_requests"][1]
+    rivals = [t for t in found["tried"] if t["flag"] in guidance and t["before"] == first["before"]]
+    assert rivals, f"{symptom}: the guidance's change was never served"
+    assert all(t["also"] and t["also"]["good_requests"][1] <= first_goodput for t in rivals)
+
+
+def test_llama_8b_on_an_l4_at_its_full_context_is_told_to_lower_max_model_len_not_to_add_gpus():
+    found = diagnosis(*GUIDANCE["G6"][0])
+    assert found["kind"] == "refused"
+    first = found["recommendations"][0]
+    assert first["flag"] == "--max-model-len" and first["gpus"] == [1, 1]
+    assert first["value"] < 131072
+
+
 # -- --observed ------------------------------------------------------------------------------
 
 BENCH_KEYS = ("completed", "duration", "request_throughput", "output_throughput",
@@ -164,7 +317,7 @@ BENCH_KEYS = ("completed", "duration", "request_throughput", "output_throughput"
 
 def saved_result(path, argv, scale_itl=1.0, **sent) -> str:
     """What `vllm bench serve --save-result` would have written for `run ARGV`, ITLs scaled."""
-    result = run_result(*argv)
+    result = run_result(*as_diagnosed(argv))
     saved = {key: result[key] for key in BENCH_KEYS}
     for key in ("mean_itl_ms", "median_itl_ms", "p99_itl_ms"):
         saved[key] *= scale_itl
@@ -194,7 +347,7 @@ def test_observed_says_what_was_sent(tmp_path):
     found = diagnosis("--observed", path)
     assert found["sent_from_observed"] == ["--request-rate 2", "--burstiness 1",
                                            "--num-prompts 12"]
-    result = run_result("--num-prompts", "12", "--request-rate", "2")
+    result = run_result(*as_diagnosed(["--num-prompts", "12", "--request-rate", "2"]))
     assert {key: found["simulated"][key] for key in BENCH_KEYS} == {
         key: result[key] for key in BENCH_KEYS}
     assert found["observed_matches"] is True
@@ -268,7 +421,8 @@ def compatibility(*argv) -> list[dict]:
 
 def test_chunked_prefill_with_a_draft_model_is_accepted_with_the_versions_where_it_was_not():
     checks = compatibility("--speculative-config",
-                           '{"model": "llama-3.2-1b", "num_speculative_tokens": 3}', *MIXED)
+                           '{"model": "llama-3.2-1b", "num_speculative_tokens": 3}', *LESSON_BUDGET,
+                           *MIXED)
     chunked = next(c for c in checks if c["flags"].startswith("--enable-chunked-prefill"))
     assert chunked["status"] == "accepted" and "0.15.0" in chunked["versions"]
     assert 'V0 up to 0.6.3: chunked prefill and any speculation are "currently mutually' in (
@@ -279,7 +433,7 @@ def test_chunked_prefill_with_a_draft_model_is_accepted_with_the_versions_where_
 
 def test_cpu_ngram_with_async_scheduling_is_refused_and_lora_needs_room_for_the_drafts():
     checks = compatibility("--speculative-config", '{"method": "ngram", "num_speculative_tokens": '
-                           '3}', "--spec-acceptance-rate", "0.5", *MIXED)
+                           '3}', "--spec-acceptance-rate", "0.5", *LESSON_BUDGET, *MIXED)
     statuses = {c["flags"]: c["status"] for c in checks}
     assert statuses["--speculative-config method ngram with --async-scheduling"] == "refused"
     assert statuses["--speculative-config with --enable-lora"] == "refused"  # 512 < 256 x 4
@@ -289,7 +443,7 @@ def test_cpu_ngram_with_async_scheduling_is_refused_and_lora_needs_room_for_the_
 def test_a_budget_below_max_num_seqs_is_refused_as_vllm_refuses_it():
     code, out, err = run_here("diagnose", "--max-num-batched-tokens", "128", *MIXED)
     assert (code, out) == (2, "") and err.count("\n") == 1
-    assert "--max-num-batched-tokens 128 is below" in err and "256" in err
+    assert "--max-num-batched-tokens 128 is below" in err and "1024" in err  # vLLM's seats
 
 
 def test_a_concurrency_limit_where_observed_says_there_was_none_is_refused(tmp_path):
@@ -304,3 +458,25 @@ def test_the_skill_file_names_speculative_config_and_the_v0_flag_only_as_removed
     assert "--speculative-config" in text
     paragraphs = [p for p in text.split("\n\n") if "--speculative-model" in p]
     assert paragraphs and all("removed" in p for p in paragraphs)
+
+
+def test_a_deployment_observed_inside_its_slo_gets_no_advice(tmp_path):
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps({"p99_ttft_ms": 900.0, "p99_tpot_ms": 40.0, "mean_itl_ms": 30.0}))
+    found = diagnosis(*PLAIN["batching_stall"], "--observed", str(fast))
+    assert found["observed_meets_slo"] is True and found["recommendations"] == []
+    assert found["num_simulations"] == 1
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"median_ttft_ms": 9000.0, "p99_tpot_ms": 40.0,
+                                "mean_itl_ms": 30.0}))
+    found = diagnosis(*PLAIN["batching_stall"], "--observed", str(slow))
+    assert found["observed_meets_slo"] is False and found["recommendations"]
+
+
+def test_speculation_that_costs_more_than_it_saves_is_turned_off():
+    found = diagnosis(*GUIDANCE["G9"][0])
+    assert found["bottleneck"] == "speculation_overhead"
+    first = found["recommendations"][0]
+    assert first["flags"]["--speculative-config"] is None  # off, not a different k
+    before, after = first["also"]["mean_tpot_ms"]
+    assert after < before

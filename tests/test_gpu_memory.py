@@ -10,10 +10,11 @@ from gpu_memory import GIB, plan_memory
 
 
 def test_lesson_model_on_one_h100_lands_near_what_vllm_printed():
-    # vLLM, Llama-3.3-70B FP8 on one H100 SXM5, utilization 0.95, FP8 KV: 5.11 GiB, 33,504 tokens.
+    # vLLM, Llama-3.3-70B FP8 on one H100 SXM5, utilization 0.95, FP8 KV: 5.11 GiB, 33,504 tokens
+    # (vllm serve's budget there: 8,192 tokens, which its profiling pass runs).
     plan = plan_memory(EngineConfig(model="llama-3.3-70b-fp8", gpu="h100-sxm5",
                                     gpu_memory_utilization=0.95, kv_cache_dtype="fp8",
-                                    max_model_len=2048))
+                                    max_model_len=2048, max_num_batched_tokens=8192))
     assert plan.kv_cache_bytes / GIB == pytest.approx(5.11, rel=0.02)
     assert plan.kv_cache_tokens == pytest.approx(33_504, rel=0.02)
 
@@ -105,3 +106,30 @@ def test_with_more_gpus_than_kv_heads_each_gpu_keeps_one_head_of_kv():
     assert model.kv_bytes_per_token_per_gpu("auto", 8) == one_head
     assert model.kv_bytes_per_token_per_gpu("auto", 16) == one_head
     assert model.kv_bytes_per_token_per_gpu("auto", 2) == 4 * one_head
+
+
+def test_at_long_context_the_pool_lands_near_what_vllm_logged():
+    # vLLM 0.19.0 (V1), `vllm serve openai/gpt-oss-20b --max-model-len 131072
+    # --gpu-memory-utilization 0.65` on an A100 80GB (its budget there: 2,048 tokens): "Model
+    # loading took 13.72 GiB", "Available KV cache memory: 36.56 GiB" (the start-up log posted at
+    # myoceane.fr, "[AI] vLLM 部署地端模型系統訊息記錄 A100", April 2026).
+    plan = plan_memory(EngineConfig(model="gpt-oss-20b", gpu="a100-80gb", max_model_len=131072,
+                                    gpu_memory_utilization=0.65, max_num_batched_tokens=2048),
+                       enable_chunked_prefill=True)
+    available = plan.usable_bytes - plan.weight_bytes - plan.activation_reserve_bytes
+    assert available / GIB == pytest.approx(36.56, rel=0.10)
+
+
+def test_the_profiling_pass_is_sized_by_the_budget_not_by_max_model_len():
+    # Llama-3.1-8B at its full 131,072-token context with an 8,192-token budget: vLLM V1
+    # profiles 8,192 tokens (GPUModelRunner.profile_run), about 0.7 GiB of MLP activations,
+    # where 131,072 would take 10.5 GiB; without chunked prefill the budget is the context.
+    config = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", max_model_len=131072,
+                          max_num_batched_tokens=8192)
+    chunked = plan_memory(config, enable_chunked_prefill=True)
+    whole = plan_memory(replace(config, max_num_batched_tokens=None),
+                        enable_chunked_prefill=False)
+    mlp_per_token = 3 * 14336 * 2
+    assert chunked.activation_reserve_bytes < 2 * GIB
+    assert (whole.activation_reserve_bytes - chunked.activation_reserve_bytes
+            == (131072 - 8192) * mlp_per_token)

@@ -9,7 +9,9 @@ from conftest import ROOT
 
 CODE = ROOT / "code"
 SHELL_FOLDERS = {"commands", "reports", "traces"}
-MAX_ENGINE_MODULES = 21  # + cluster.py, router.py, disaggregation.py (many engines)
+DATA_FOLDERS = {"models"}  # config.json files read by presets.py: data, not a package
+MAX_ENGINE_MODULES = 24    # 18, the models' three (model_config, moe, mla) and the many
+#                            engines' three (cluster, router, disaggregation)
 
 
 def engine_modules() -> list[str]:
@@ -28,7 +30,10 @@ def imported_roots(path) -> set[str]:
 
 def test_code_holds_the_engine_and_the_shell_folders_only():
     folders = {path.name for path in CODE.iterdir() if path.is_dir() and path.name != "__pycache__"}
-    assert folders == SHELL_FOLDERS
+    assert folders == SHELL_FOLDERS | DATA_FOLDERS
+    for folder in DATA_FOLDERS:
+        names = {path.suffix or path.name for path in (CODE / folder).iterdir()}
+        assert names <= {".json", ".md"}, names  # no code, no __init__.py
     assert "main" in engine_modules() and len(engine_modules()) <= MAX_ENGINE_MODULES
     assert not (CODE / "__init__.py").exists()  # `code` must stay the standard library's module
     for folder in SHELL_FOLDERS:
@@ -36,7 +41,7 @@ def test_code_holds_the_engine_and_the_shell_folders_only():
 
 
 def test_no_module_or_folder_is_named_like_a_standard_library_module():
-    names = {path.stem for path in CODE.rglob("*.py")} | SHELL_FOLDERS
+    names = {path.stem for path in CODE.rglob("*.py")} | SHELL_FOLDERS | DATA_FOLDERS
     assert not names & (set(sys.stdlib_module_names) - {"__init__"})
 
 

@@ -1,7 +1,7 @@
 """Prefix caching's rules on small cases worked by hand, and on real and synthetic workloads."""
 
+import gzip
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +16,7 @@ from request import TokenContent
 from traces.replay import trace_workload
 from workload import prefix_repetition_workload, random_workload
 
-MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+MOONCAKE = ROOT / "code" / "traces" / "data" / "mooncake-conversation.jsonl.gz"
 
 
 def with_tokens(request_id, token_ids, max_tokens=4, outputs=None):
@@ -117,16 +117,15 @@ def test_shared_prefixes_of_vllms_synthetic_datasets_are_found():
 def mooncake_run(num_requests: int, num_gpu_blocks=None) -> tuple[list[dict], dict]:
     """The first requests of the Mooncake conversation trace on one H100 (Llama-3.1-8B), at a
     quarter of the trace's rate: its rows, and the run's summary."""
-    rows = [json.loads(line) for _, line in zip(range(num_requests), MOONCAKE.open())]
+    rows = [json.loads(line) for _, line in zip(range(num_requests), gzip.open(MOONCAKE, "rt"))]
     config = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", max_model_len=131072,
                           max_num_batched_tokens=8192)
-    workload = trace_workload(str(MOONCAKE), num_prompts=num_requests, time_scale=4.0)
+    workload = trace_workload("mooncake-conversation", num_prompts=num_requests, time_scale=4.0)
     num_gpu_blocks = num_gpu_blocks or plan_memory(config).num_gpu_blocks
     summary = simulate(workload, MODES["chunked"], config, num_gpu_blocks, make_clock(config))
     return rows, summary.summary()
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason="the shared traces are not next to this checkout")
 def test_a_pool_that_never_evicts_finds_what_the_hash_ids_share():
     """The bound, straight from the hash ids: each request's longest run of leading ids that an
     earlier request had, in whole 512-token blocks, at most (input_length - 1) // 512 of them."""
@@ -143,7 +142,6 @@ def test_a_pool_that_never_evicts_finds_what_the_hash_ids_share():
     assert abs(summary["prefix_cache_hit_rate"] - bound_pct) < 1.0
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason="the shared traces are not next to this checkout")
 def test_one_gpus_pool_keeps_only_the_prefix_every_request_shares():
     """Between two turns of a conversation, more prompt tokens arrive than one H100 holds: an
     earlier turn's blocks are handed out again before the next turn comes, and the only hits

@@ -1,10 +1,12 @@
-"""Every command README.md and the skill file show runs as written: the `$ ` lines of their fenced
-blocks and every inline `python3 code/main.py ...` span, shell loops included.
+"""Every command the docs (every README.md and the skill file) show runs as written in a fresh
+clone: the `$ ` lines of their fenced blocks and every inline `python3 code/main.py ...` span,
+shell loops included.
 
 The named blocks (`<!-- name:start -->`) are run, and their output compared, by test_readme.py;
-this test runs the rest, two at a time. Commands run from the project root in a shell, with
-`python3` meaning this interpreter and `/tmp/` and `outputs/` a private scratch folder (so that a
-command writing a chart never touches the committed ones).
+this test runs the rest, two at a time. Commands run from the root of a fresh copy of the project
+(conftest.fresh_clone) in a shell, with `python3` meaning this interpreter and `/tmp/` and
+`outputs/` a private scratch folder (so that a command writing a chart never touches the
+committed ones).
 """
 
 import re
@@ -13,7 +15,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from readme_blocks import BLOCK, DOCUMENTS, README, ROOT, commands_of
+from readme_blocks import BLOCK, DOCUMENTS, README, commands_of
 
 TEXT = README.read_text(encoding="utf-8")
 DOCS_TEXT = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
@@ -30,12 +32,12 @@ def inline_commands(text: str) -> list[str]:
     return INLINE.findall(FENCE.sub("", text))
 
 
-def run_as_written(command: str) -> subprocess.CompletedProcess:
+def run_as_written(command: str, cwd) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as scratch:
         shell_command = (command.replace("/tmp/", scratch + "/")
                          .replace("outputs/", scratch + "/")
                          .replace("python3 code/", f"{sys.executable} code/"))
-        return subprocess.run(shell_command, shell=True, cwd=ROOT, capture_output=True,
+        return subprocess.run(shell_command, shell=True, cwd=cwd, capture_output=True,
                               text=True, timeout=120)
 
 
@@ -45,12 +47,14 @@ def test_readme_shows_commands_inline_and_loops_among_them():
     assert any(command.startswith("for ") for command in commands_of(TEXT.replace("```", "")))
 
 
-def test_every_command_readme_shows_runs_as_written():
-    commands = list(dict.fromkeys(unnamed_fenced_commands(DOCS_TEXT) + inline_commands(DOCS_TEXT)))
-    shared = (ROOT.parent / "shared" / "traces").is_dir()
-    commands = [c for c in commands if shared or "../shared/traces/" not in c]
+def unnamed_commands() -> list[str]:
+    return list(dict.fromkeys(unnamed_fenced_commands(DOCS_TEXT) + inline_commands(DOCS_TEXT)))
+
+
+def test_every_command_the_docs_show_runs_as_written_in_a_fresh_clone(fresh_clone):
+    commands = unnamed_commands()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(run_as_written, commands))
+        results = list(pool.map(lambda command: run_as_written(command, fresh_clone), commands))
     failed = [(command, result.returncode, result.stderr.strip()[-300:])
               for command, result in zip(commands, results)
               if result.returncode != 0 or not result.stdout.strip()]

@@ -65,16 +65,18 @@ def test_svg_and_detailed_files_appear_whole_on_success(capsys, tmp_path):
 def test_compare_without_new_flags_judges_goodput_by_the_chat_slos_and_draws_no_timeline(capsys):
     _, out, _ = servesim(capsys, "compare", *SMALL)
     lines = out.splitlines()
-    assert lines[3] == ("goodput: requests with TTFT <= 2000 ms and TPOT <= 100 ms, per second "
-                        "(the default: an interactive chat)")
-    assert lines[5].endswith("goodput req/s") and LEGEND[0] not in out
+    slo = next(i for i, line in enumerate(lines) if line.startswith("goodput: "))
+    assert lines[slo] == ("goodput: requests with TTFT <= 2000 ms and TPOT <= 100 ms, per second "
+                          "(the default: an interactive chat)")
+    assert lines[slo + 2].endswith("goodput req/s") and LEGEND[0] not in out
 
 
 def test_compare_with_goodput_adds_a_column_and_json_key(capsys):
     _, out, _ = servesim(capsys, "compare", *SMALL, "--goodput", "ttft:1000")
     lines = out.splitlines()
-    assert lines[3] == "goodput: requests with TTFT <= 1000 ms, per second"
-    assert lines[5].endswith("goodput req/s")
+    slo = next(i for i, line in enumerate(lines) if line.startswith("goodput: "))
+    assert lines[slo] == "goodput: requests with TTFT <= 1000 ms, per second"
+    assert lines[slo + 2].endswith("goodput req/s")
     _, json_out, _ = servesim(capsys, "compare", *SMALL, "--goodput", "ttft:1000", "--format",
                               "json")
     assert all("request_goodput" in result for result in json.loads(json_out)["results"])

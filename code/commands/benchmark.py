@@ -34,7 +34,6 @@ from main import knobs, simulate  # noqa: E402
 from modes import MODES  # noqa: E402
 from workload import mixed_workload, random_workload  # noqa: E402
 
-VIDUR_TRACE = CODE.parent.parent / "shared" / "traces" / "vidur_splitwise_conv_10k.csv"
 # Vidur's comparison setup (its 10k-request runs took 43-55 s of wall time for ~27,000 batches).
 VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4096,
                             max_num_batched_tokens=512, max_num_seqs=256,
@@ -44,7 +43,7 @@ DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5")
 
 def vidur_trace():
     from traces.replay import trace_workload
-    return trace_workload(str(VIDUR_TRACE))
+    return trace_workload("vidur-10k")  # shipped in code/traces/data/
 
 
 def vidur_like(num_prompts: int):
@@ -128,9 +127,6 @@ def main(argv: list[str]) -> None:
         print(json.dumps(measure(argv[1], argv[2])))
         return
     names = ["default"] if "--quick" in argv else list(CASES)
-    if not VIDUR_TRACE.exists():
-        names = [n for n in names if n != "vidur-10k"]
-        print(f"(skipping vidur-10k: {VIDUR_TRACE} is not there)")
     print(f"{'workload':<52} {'mode':<19} {'steps':>9} {'out tokens':>11} {'wall s':>7} "
           f"{'us/step':>8} {'out tok/wall s':>14} {'peak MB':>8}")
     results = {}

@@ -26,11 +26,22 @@ the counters `metrics.RunRecorder` keeps; the physics the clock and the memory p
     none             none of the above (a light load; or requests wait only
                      behind compute-bound steps: the GPU's compute is full)
 
+and three that name a flag rather than a default, each read the same way:
+
+    hand_set_pool    kv_starvation's trace, with --num-gpu-blocks-override   the override, not
+                     holding fewer tokens than the memory would               the GPU
+    prefix_cache_off prefix caching off while the prompts repeat earlier      a cache left off
+                     prompts' leading blocks (REPEATED_PREFIX_PCT)
+    speculation_overhead  speculation on while each step verifies more        drafts at a load
+                     tokens (decodes x (1 + k)) than the GEMM ridge           that pays for them
+
 The rules run in that order, and among the reasons requests waited, the one they waited on
 longest decides (a cause counts from WAITING_SHARE_PCT of the busy time). A token budget
-counts as a cap only below the GEMM ridge: there a step that fills it still costs about one
-stream of the weights, so a larger budget adds work for free; above it every token costs its
-own compute and a larger budget buys no throughput (exercise 2), only longer steps.
+counts as a cap below the GEMM ridge: there a step that fills it still costs about one stream
+of the weights, so a larger budget adds work for free. Above it every token costs its own
+compute, but each step's fixed costs (per step and per layer) are still shared by its tokens,
+so a larger budget keeps buying prefill speed, less and less (chunk_missized says by how much:
+`prefill_gain_2x_pct`); the search in tuning.py serves it to see.
 """
 
 from dataclasses import dataclass, replace
@@ -51,9 +62,13 @@ ITL_TAIL_RATIO = 2.0      # a prompt's step is the ITL tail once P99 ITL is this
 FLOOR_RATIO = 1.25        # the median ITL is at the decode floor within this factor
 PROMPT_TIME_PCT = 25.0    # prompts weigh once steps computing them take this share of busy time
 BEST_UTILIZATION = 0.95   # the most --gpu-memory-utilization commonly given (the lesson's setup)
+BUDGET_GAIN_PCT = 10.0    # a budget is too small while twice it computes a prompt this much
+#                           faster per token (the step's fixed costs shared by more tokens)
+REPEATED_PREFIX_PCT = 20.0  # prompts share prefixes once this share of their tokens sits in
+#                             full blocks an earlier prompt began with
 
-BOTTLENECKS = ("hbm_bound", "kv_starvation", "batching_stall", "chunk_missized", "decode_floor",
-               "none")
+BOTTLENECKS = ("hbm_bound", "hand_set_pool", "kv_starvation", "prefix_cache_off",
+               "batching_stall", "chunk_missized", "speculation_overhead", "decode_floor", "none")
 # What each bottleneck costs a request, as `vllm bench serve` names it: its recommendations are
 # judged by it, before and after (every one is a latency: lower is better).
 E2EL, TTFT, TPOT, P99_ITL = "mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms", "p99_itl_ms"
@@ -67,6 +82,8 @@ class Physics:
     token_budget: int            # max_num_batched_tokens as the scheduler runs it
     kv_cache_tokens: int
     best_kv_cache_tokens: int    # at utilization >= 0.95, FP8 KV, the pool sized from memory
+    sized_kv_cache_tokens: int   # the pool sized from memory at these flags, an override aside
+    prefill_gain_2x_pct: float   # how much faster per token a chunk of twice the budget computes
 
 
 def physics(config: EngineConfig, chunked: bool, mean_prompt_len: float) -> Physics:
@@ -74,12 +91,25 @@ def physics(config: EngineConfig, chunked: bool, mean_prompt_len: float) -> Phys
     best = replace(config, gpu_memory_utilization=max(config.gpu_memory_utilization,
                                                       BEST_UTILIZATION),
                    kv_cache_dtype="fp8", num_gpu_blocks_override=None)
+    budget = config.token_budget(chunked)
     return Physics(
         decode_floor_ms=1000 * clock.decode_step_time_s(1, round(mean_prompt_len)),
         gemm_ridge_tokens=clock.weight_stream_s / clock.gemm_s_per_token,
-        token_budget=config.token_budget(chunked),
-        kv_cache_tokens=memory_layout(config).kv_cache_tokens,
-        best_kv_cache_tokens=memory_layout(best).kv_cache_tokens)
+        token_budget=budget,
+        kv_cache_tokens=memory_layout(config, chunked).kv_cache_tokens,
+        best_kv_cache_tokens=memory_layout(best, chunked).kv_cache_tokens,
+        sized_kv_cache_tokens=memory_layout(replace(config, num_gpu_blocks_override=None),
+                                            chunked).kv_cache_tokens,
+        prefill_gain_2x_pct=100 * (prefill_rate(clock, 2 * budget) / prefill_rate(clock, budget)
+                                   - 1))
+
+
+def prefill_rate(clock: RooflineClock, chunk: int) -> float:
+    """Prompt tokens a second in steps computing one chunk of `chunk` tokens and nothing else:
+    below the GEMM ridge each step costs about a weight stream, and above it the per-step and
+    per-layer fixed costs are shared by more tokens, so the rate keeps rising with the chunk.
+    Attention is left out: a prompt needs the same attention however it is sliced."""
+    return chunk / clock.price(chunk, 1, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -111,6 +141,10 @@ EVIDENCE_UNITS = {
     "prompt_time_pct": "% of busy time", "decodes_beside_prompts_pct": "% of decode tokens",
     "median_itl_ms": "ms", "p99_itl_ms": "ms", "tpot_slo_ms": "ms", "decode_floor_ms": "ms",
     "mean_ttft_ms": "ms", "mean_queue_ms": "ms",
+    "num_gpu_blocks_override": "blocks (0: sized from memory)",
+    "sized_kv_cache_tokens": "tokens", "prefill_gain_2x_pct": "% faster per prompt token",
+    "prefix_caching": "1 on, 0 off", "repeated_prefix_pct": "% of prompt tokens",
+    "num_speculative_tokens": "drafts per step", "verify_tokens_per_step": "tokens",
 }
 # ... and those of a config vLLM would refuse, from its memory plan.
 REFUSED_UNITS = {"usable_gib": "GiB per GPU", "weights_gib": "GiB per GPU",
@@ -119,24 +153,35 @@ REFUSED_UNITS = {"usable_gib": "GiB per GPU", "weights_gib": "GiB per GPU",
 
 
 def evidence_of(summary: dict, recorder, config: EngineConfig, phys: Physics,
-                tpot_slo_ms: float) -> dict:
-    """The counters of a simulated run (summary: RunRecorder.summary) beside the physics."""
+                tpot_slo_ms: float, repeated_prefix_pct: float) -> dict:
+    """The counters of a simulated run (summary: RunRecorder.summary) beside the physics and
+    the workload's shared prefixes (diagnose.repeated_prefix_pct)."""
     completed = summary["completed"]
     mean_sequence = (summary["total_input_tokens"] + summary["total_output_tokens"]) / completed
     in_flight = min(peak_concurrent_requests(recorder.completed()), config.max_num_seqs)
+    speculative = config.speculative_config
+    num_drafts = speculative.num_speculative_tokens if speculative else 0
     derived = {"kv_cache_tokens": phys.kv_cache_tokens,
                "kv_demand_tokens": round(in_flight * mean_sequence),
                "best_kv_cache_tokens": phys.best_kv_cache_tokens,
                "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": phys.token_budget,
                "gemm_ridge_tokens": round(phys.gemm_ridge_tokens), "tpot_slo_ms": tpot_slo_ms,
-               "decode_floor_ms": phys.decode_floor_ms}
+               "decode_floor_ms": phys.decode_floor_ms,
+               "num_gpu_blocks_override": config.num_gpu_blocks_override or 0,
+               "sized_kv_cache_tokens": phys.sized_kv_cache_tokens,
+               "prefill_gain_2x_pct": phys.prefill_gain_2x_pct,
+               "prefix_caching": int(config.enable_prefix_caching),
+               "repeated_prefix_pct": repeated_prefix_pct,
+               "num_speculative_tokens": num_drafts,
+               "verify_tokens_per_step": round(summary["mean_batch_size"] * (1 + num_drafts))}
     return {key: derived[key] if key in derived else summary[key] for key in EVIDENCE_UNITS}
 
 
 def classify(evidence: dict) -> Finding:
     """The bottleneck of a run that started: the first rule that holds, in the module
     docstring's order."""
-    for rule in (_kv_starved, _batch_capped, _chunk_too_small, _chunk_too_big, _at_the_floor):
+    for rule in (_kv_starved, _prefixes_recomputed, _batch_capped, _chunk_too_small,
+                 _drafts_too_costly, _chunk_too_big, _at_the_floor):
         finding = rule(evidence)
         if finding is not None:
             return finding
@@ -169,6 +214,12 @@ def _kv_starved(e: dict) -> Optional[Finding]:
     what = (f"requests waited {e['waiting_on_kv_blocks_pct']:.1f}% of the busy time for free "
             f"blocks, {e['num_preemptions']} preemptions recomputed {e['recomputed_pct']:.1f}% "
             f"of the computed tokens, KV use peaked at {e['peak_kv_usage_pct']:.0f}%")
+    if e["num_gpu_blocks_override"] and e["sized_kv_cache_tokens"] > e["kv_cache_tokens"]:
+        return Finding("hand_set_pool", "override", E2EL, e,
+                       f"{what}; --num-gpu-blocks-override {e['num_gpu_blocks_override']} holds "
+                       f"{e['kv_cache_tokens']:,} tokens where the memory left after the weights "
+                       f"would hold {e['sized_kv_cache_tokens']:,}: the pool was set by hand, not "
+                       "limited by the GPU")
     if e["best_kv_cache_tokens"] < e["kv_demand_tokens"]:
         return Finding("hbm_bound", "demand", E2EL, e,
                        f"{what}; even at utilization {BEST_UTILIZATION} with FP8 KV one GPU "
@@ -198,16 +249,25 @@ def _batch_capped(e: dict) -> Optional[Finding]:
 
 
 def _chunk_too_small(e: dict) -> Optional[Finding]:
-    """A budget below the ridge while prompts weigh: prefill at the memory-bound rate."""
-    weighs = (longest_wait(e) == "prompt_budget" or e["prompt_time_pct"] >= PROMPT_TIME_PCT)
-    if not (below_ridge(e) and weighs):
+    """Prompts weigh and the budget is small for them: below the ridge a chunk costs about a
+    weight stream; above it, twice the budget still computes a prompt BUDGET_GAIN_PCT faster
+    per token, because each step's fixed costs are shared by more tokens."""
+    weighs = (e["waiting_on_prompt_budget_pct"] >= WAITING_SHARE_PCT
+              or e["prompt_time_pct"] >= PROMPT_TIME_PCT)
+    if not weighs:
+        return None
+    where = (f"the {e['max_num_batched_tokens']}-token budget is below the GEMM ridge "
+             f"({e['gemm_ridge_tokens']} tokens), so each prompt chunk costs about a stream of "
+             "the weights" if below_ridge(e) else
+             f"a chunk of twice the {e['max_num_batched_tokens']}-token budget computes a prompt "
+             f"{e['prefill_gain_2x_pct']:.0f}% faster per token (each step's fixed costs shared "
+             "by more tokens)")
+    if not below_ridge(e) and e["prefill_gain_2x_pct"] < BUDGET_GAIN_PCT:
         return None
     return Finding("chunk_missized", "too_small", TTFT, e,
-                   f"the {e['max_num_batched_tokens']}-token budget is below the GEMM ridge "
-                   f"({e['gemm_ridge_tokens']} tokens), so each prompt chunk costs about a stream "
-                   f"of the weights, while steps computing prompts took "
-                   f"{e['prompt_time_pct']:.0f}% of the busy time (requests waited "
-                   f"{e['waiting_on_prompt_budget_pct']:.0f}% of it behind them)")
+                   f"{where}, while steps computing prompts took {e['prompt_time_pct']:.0f}% of "
+                   f"the busy time (requests waited {e['waiting_on_prompt_budget_pct']:.0f}% of "
+                   "it behind them)")
 
 
 def _chunk_too_big(e: dict) -> Optional[Finding]:
@@ -220,6 +280,28 @@ def _chunk_too_big(e: dict) -> Optional[Finding]:
                    f"and above the per-token SLO ({e['tpot_slo_ms']:g} ms): the slow gaps are "
                    f"steps that computed a prompt beside the decodes "
                    f"({e['decodes_beside_prompts_pct']:.0f}% of decode tokens were)")
+
+
+def _prefixes_recomputed(e: dict) -> Optional[Finding]:
+    """Prefix caching off while the prompts repeat each other's leading blocks."""
+    if e["prefix_caching"] or e["repeated_prefix_pct"] < REPEATED_PREFIX_PCT:
+        return None
+    return Finding("prefix_cache_off", "shared_prefixes", TTFT, e,
+                   f"prefix caching is off, yet {e['repeated_prefix_pct']:.0f}% of the prompt "
+                   "tokens sit in full blocks an earlier prompt began with: every one of them is "
+                   "computed again")
+
+
+def _drafts_too_costly(e: dict) -> Optional[Finding]:
+    """Speculation at a load where verifying the drafts is compute-bound work."""
+    if not e["num_speculative_tokens"] or e["verify_tokens_per_step"] < e["gemm_ridge_tokens"]:
+        return None
+    return Finding("speculation_overhead", "compute_bound", TPOT, e,
+                   f"each step verifies about {e['verify_tokens_per_step']} tokens ("
+                   f"{e['mean_batch_size']:.0f} decodes x (1 + {e['num_speculative_tokens']} "
+                   f"drafts)), above the GEMM ridge ({e['gemm_ridge_tokens']} tokens): drafts "
+                   "no longer ride on the weight stream for free, and every rejected one is "
+                   "compute spent for nothing")
 
 
 def waited(e: dict) -> bool:
@@ -241,8 +323,10 @@ def _nothing_in_the_way(e: dict) -> Finding:
     if waited(e):
         return Finding("none", "compute_bound", TTFT, e,
                        "requests waited, but only behind steps the token budget filled above the "
-                       f"GEMM ridge ({e['gemm_ridge_tokens']} tokens): compute-bound work, which "
-                       "a larger budget would not speed up; the GPU's compute is the limit")
+                       f"GEMM ridge ({e['gemm_ridge_tokens']} tokens): compute-bound work, where "
+                       "a larger budget shares only each step's fixed costs (twice it computes a "
+                       f"prompt {e['prefill_gain_2x_pct']:.0f}% faster per token); the GPU's "
+                       "compute is the limit")
     return Finding("none", "healthy", None, e,
                    f"no cause of waiting reached {WAITING_SHARE_PCT:g}% of the busy time, no "
                    "preemption thrashed, the ITL tail stays within the per-token SLO and the "
@@ -279,4 +363,11 @@ MEASURE_NEXT = {
                     "floor the scheduler is not the limit, far above it the host is",
     "none": "WAITING queue depth: vllm:num_requests_waiting as the load grows; where it starts "
             "to climb is the deployment's capacity",
+    "hand_set_pool": "the 'GPU KV cache size: N tokens' vLLM logs at start-up with and without "
+                     "--num-gpu-blocks-override, and vllm:num_preemptions under the real traffic",
+    "prefix_cache_off": "prefix cache hits: vllm:prefix_cache_hits over vllm:prefix_cache_queries "
+                        "once --enable-prefix-caching is on, on the real prompts",
+    "speculation_overhead": "acceptance under load: vllm:spec_decode_num_accepted_tokens over "
+                            "vllm:spec_decode_num_draft_tokens, and TPOT with speculation on and "
+                            "off at the real request rate",
 }

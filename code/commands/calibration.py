@@ -10,8 +10,8 @@ measurement, the published figure, servesim's, and their ratio:
 
 Three groups, each with its goal:
 
-    published.md   16 measurements of vLLM, NIM and TensorRT-LLM serving
-                   (../shared/calibration/published.md): batch latency, TTFT, ITL, throughput
+    published      16 measurements of vLLM, NIM and TensorRT-LLM serving (each group's
+                   sources below): batch latency, TTFT, ITL, throughput
     throughput     TensorRT-LLM's offline throughput for Llama-3.3-70B FP8 (another engine: a band)
     kv             the KV capacity vLLM logged for the lesson's setup
 
@@ -27,6 +27,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Optional
 
+from commands.calibration_moe import MOE_ASIDE_ROWS, MOE_ASIDE_SOURCES, MOE_ROWS, MOE_SOURCES
 from config import EngineConfig
 from forward_model import RooflineClock
 from gpu_memory import plan_memory
@@ -62,8 +63,15 @@ class Measurement:
         """The `python code/main.py run` flags that reproduce this measurement's setup."""
         defaults = EngineConfig()
         parts = [f"--mode {self.mode}"]
-        parts += [f"--{name.replace('_', '-')} {value}" for name, value in self.engine.items()
-                  if value != getattr(defaults, name)]  # EngineConfig fields map 1:1 to flags
+        for name, value in self.engine.items():  # EngineConfig fields map 1:1 to flags
+            # --max-model-len's default follows the model (its max_position_embeddings): said
+            # whenever a row sets it.
+            if value == getattr(defaults, name) and name != "max_model_len":
+                continue
+            if value is True:  # a switch: --enable-expert-parallel
+                parts.append(f"--{name.replace('_', '-')}")
+            else:
+                parts.append(f"--{name.replace('_', '-')} {value}")
         if self.workload:
             parts.append("--dataset-name random")
             parts += [f"{flag} {self.workload[key]}" for key, flag in RANDOM_WORKLOAD_FLAGS.items()
@@ -112,7 +120,7 @@ _LLAMA_3_8B = dict(model="llama-3.1-8b")                            # Llama-3-8B
 _LLAMA_3_70B_TP4 = dict(model="llama-3.3-70b", tensor_parallel_size=4)  # Llama-3-70B's shapes
 
 PUBLISHED_MD = Group(
-    "published.md", "vLLM, NIM and TensorRT-LLM serving, ../shared/calibration/published.md",
+    "published", "vLLM, NIM and TensorRT-LLM serving, as their publishers measured it",
     ("L1-L5: vLLM performance benchmark, nightly 'Latency tests' (vllm-project/vllm "
      ".buildkite/nightly-benchmarks/tests/latency-tests.json), vLLM V0, late 2024, dummy "
      "weights, mean of 15 runs",
@@ -189,11 +197,19 @@ KV_CAPACITY = Group(
         Measurement("K1", "70B FP8, 1x H100, utilization 0.95, FP8 KV: KV cache",
                     33504, "tokens", "kv_cache_tokens",
                     dict(model="llama-3.3-70b-fp8", gpu="h100-sxm5", gpu_memory_utilization=0.95,
-                         kv_cache_dtype="fp8", max_model_len=2048)),
+                         kv_cache_dtype="fp8", max_model_len=2048,
+                         max_num_batched_tokens=8192)),  # vllm serve's budget on an H100
     ),
     ratio_band=(0.90, 1.10))
 
-GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY)
+# Mixture-of-Experts rows (commands/calibration_moe.py), and a set kept aside.
+MOE = Group("moe", "MoE serving: TensorRT-LLM on H200 (DP+EP), vLLM's Mixtral latency",
+            MOE_SOURCES, tuple(Measurement(**row) for row in MOE_ROWS), max_median_abs_ln=0.25)
+MOE_ASIDE = Group("moe-aside", "MoE serving kept aside: TensorRT-LLM on H100 (DP+EP)",
+                  MOE_ASIDE_SOURCES, tuple(Measurement(**row) for row in MOE_ASIDE_ROWS),
+                  max_median_abs_ln=0.25)
+
+GROUPS = (PUBLISHED_MD, THROUGHPUT, KV_CAPACITY, MOE, MOE_ASIDE)
 
 
 @dataclass(frozen=True)

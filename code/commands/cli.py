@@ -6,6 +6,7 @@
     kv-waste      KV waste of contiguous, power-of-two and paged reservations     kv_waste.py
     lesson-check  the lesson's numbers against physics and simulation             lesson_check.py
     diagnose      the scheduler diagnosis: which default limits a config          diagnose.py
+    recommend     the fewest GPUs and flags that serve a target load in the SLO   recommend.py
     presets       the GPU and model presets                                       presets.py
     calibration   the virtual clock against published measurements                calibration.py
 
@@ -21,18 +22,21 @@ file is the one place that talks to the terminal. Every way out is one line at m
 """
 
 import argparse
+import difflib
 import os
 import signal
 import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from commands import calibration, compare, diagnose, kv_waste, lesson_check, presets, run, sweep
+from commands import (calibration, compare, diagnose, kv_waste, lesson_check, presets, recommend,
+                      run, sweep)
 from commands.output_files import OutputError
 from config import ConfigError, Knobs
 from workload import WorkloadError
 
-COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, presets, calibration)
+COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, recommend, presets,
+            calibration)
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,36 @@ def _raise_terminated(signum, frame):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit status 2), not a usage dump."""
+    """argparse, but a usage error is one line (and exit status 2), not a usage dump; and no
+    flag is abbreviated: `--mode` on a command without it is refused under its own name, never
+    read as the `--model` it begins."""
+
+    # A flag a learner may carry over from another command -> why this command has none.
+    flag_hints: dict[str, str] = {}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str):
         self.exit(2, f"servesim: error: {message} (see --help)\n")
+
+    def unrecognized(self, command: str, extras: list[str],
+                     all_flags: dict[str, list[str]]) -> str:
+        """One line for arguments this command does not take: the first unknown one, why it is
+        not here (a hint, or the commands that take it), else the closest flag that is."""
+        flag = next((extra for extra in extras if extra.startswith("-")), extras[0])
+        name = flag.split("=", 1)[0]
+        mine = [option for option in self._option_string_actions if option.startswith("--")]
+        if not name.startswith("-"):
+            return f"unrecognized argument {name!r}: {command} takes flags only"
+        if name in self.flag_hints:
+            return f"{command} has no {name}: {self.flag_hints[name]}"
+        elsewhere = [other for other, flags in all_flags.items() if name in flags]
+        if elsewhere:
+            return f"{command} has no {name} (a flag of {', '.join(elsewhere)})"
+        close = difflib.get_close_matches(name, mine, n=1)
+        suggestion = f"; the closest valid flag is {close[0]}" if close else ""
+        return f"unrecognized argument {name}{suggestion}"
 
 
 def build_parser(knobs: Knobs) -> argparse.ArgumentParser:
@@ -66,7 +96,19 @@ def build_parser(knobs: Knobs) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command_name", metavar="command")
     for command in COMMANDS:
         command.add_parser(subparsers, knobs)
+    parser.commands = subparsers.choices  # name -> its parser, for unrecognized()
     return parser
+
+
+def parse(parser: OneLineParser, argv: list[str]) -> argparse.Namespace:
+    """parse_args, with an unknown argument named by the command that was given it."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command_parser = parser.commands.get(args.command_name, parser)
+        all_flags = {name: list(sub._option_string_actions)
+                     for name, sub in parser.commands.items()}
+        parser.error(command_parser.unrecognized(args.command_name, extras, all_flags))
+    return args
 
 
 def main(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
@@ -90,7 +132,7 @@ def run_command(argv: list[str], simulate: Callable, knobs: Knobs) -> int:
     parser = build_parser(knobs)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["compare", *argv]
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if args.command_name is None:
         parser.print_help()
         return 0

@@ -1,7 +1,9 @@
 """Flags for many engines: `--data-parallel-size`, `--router`, `--pd`, `--kv-transfer-bandwidth`.
 
-    --data-parallel-size N     vLLM's flag: N replicas of the engine, each on its own GPUs
-                               (--tensor-parallel-size of them), behind one router
+    --data-parallel-size N     vLLM's flag (flags.py defines it): N replicas of the engine, each
+                               on its own GPUs (--tensor-parallel-size of them), behind one
+                               router; with --enable-expert-parallel it is instead N attention
+                               ranks inside one MoE engine (moe.py), as vLLM runs MoE DP
     --router NAME              round-robin (default), least-loaded, prefix-aware (router.py)
     --pd P:D                   P prefill engines and D decode engines (disaggregation.py).
                                vLLM spells it per instance, `--kv-transfer-config '{"kv_connector":
@@ -29,8 +31,6 @@ MAX_ENGINES = 64  # a simulator's bound: enough for any sweep, small enough to s
 
 def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("many engines (cluster.py)")
-    group.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
-                       help="replicas of the engine behind one router (default 1: one engine)")
     group.add_argument("--router", default=None, choices=ROUTERS,
                        help="where an arriving request goes: round-robin (default); "
                             "least-loaded (vLLM's DP balancer: lowest waiting + running); "
@@ -42,6 +42,14 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kv-transfer-bandwidth", default=None, metavar="LINK",
                        help=f"with --pd: the link for the KV: {', '.join(LINKS)} (default "
                             f"{DEFAULT_LINK}), or GB/s per GPU each way")
+
+
+def replica_config(config):
+    """The config each engine runs: without expert parallelism, --data-parallel-size counts
+    replicas, each an engine of data_parallel_size 1 (its own pool and clock)."""
+    if config.enable_expert_parallel:
+        return config
+    return replace(config, data_parallel_size=1)
 
 
 def cluster_simulate(args: argparse.Namespace, simulate, config, modes, plan):
@@ -75,9 +83,14 @@ def engine_labels(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cluster_spec_from_args(args, config, modes, plan):
-    size = getattr(args, "data_parallel_size", 1)
-    if size < 1 or size > MAX_ENGINES:
-        raise ConfigError(f"--data-parallel-size {size}: give 1 to {MAX_ENGINES} replicas")
+    size = getattr(args, "data_parallel_size", 1)  # checked with the config (FIELD_RULES)
+    if config.enable_expert_parallel:
+        for flag in ("pd", "router", "kv_transfer_bandwidth"):
+            if getattr(args, flag, None) is not None:
+                raise ConfigError(f"--{flag.replace('_', '-')} routes between engines, and with "
+                                  "--enable-expert-parallel --data-parallel-size counts attention "
+                                  "ranks of one engine: leave one of them out")
+        return None
     pd_text = getattr(args, "pd", None)
     if pd_text is None:
         if getattr(args, "kv_transfer_bandwidth", None) is not None:

@@ -6,7 +6,8 @@
               is a finding too (hbm_bound)
     classify  the run's counters into one bottleneck, with the counters that
               decided it                                                     bottleneck.py
-    tune      each recommendation served again on top of the ones before it   tuning.py
+    tune      a search over the knobs, each change served on the workload and
+              judged on the SLO; more GPUs only if the SLO is still missed   tuning.py
     check     what vLLM refuses or accepts at start-up for these flags        vllm_facts.py
     compare   with --observed, what a real deployment measured               observed.py
     show      one page, or --format json                                     reports/diagnosis.py
@@ -22,22 +23,56 @@ from dataclasses import dataclass
 from typing import Optional
 
 from commands import flags
-from commands.bottleneck import (FLOOR_RATIO, ITL_TAIL_RATIO, MEASURE_NEXT, PROMPT_TIME_PCT,
-                                 RECOMPUTED_PCT, WAITING_SHARE_PCT, Finding, classify,
-                                 evidence_of, physics, refused_finding)
-from commands.observed import (AGREEMENT_BAND, compare, read_observed, refuse_slow_deployment,
-                               send_as_observed)
+from commands.bottleneck import (BUDGET_GAIN_PCT, FLOOR_RATIO, ITL_TAIL_RATIO, MEASURE_NEXT,
+                                 PROMPT_TIME_PCT, RECOMPUTED_PCT, REPEATED_PREFIX_PCT,
+                                 WAITING_SHARE_PCT, Finding, classify, evidence_of, physics,
+                                 refused_finding)
+from commands.observed import (AGREEMENT_BAND, compare, observed_meets_slo, read_observed,
+                               refuse_slow_deployment, send_as_observed)
 from commands.serving import require_completions
-from commands.tuning import IMPROVEMENT_PCT, MAX_RESIMULATIONS, recommend
-from commands.vllm_facts import FOLLOWED, compatibility, config_read, memory_refusal
+from commands.tuning import (IMPROVEMENT_PCT, MAX_RESIMULATIONS, MAX_ROUNDS,
+                             SLO_ATTAINMENT_PCT, WORSENING_PCT, Search, search)
+from commands.vllm_facts import (FOLLOWED, compatibility, config_read, memory_refusal,
+                                 serve_defaults)
 from commands.workload_flags import add_workload_flags, workload_from_args, workload_kind
 from config import ConfigError, EngineConfig
-from goodput import CHAT_SLOS_MS, add_request_goodput
+from goodput import CHAT_SLOS_MS, add_request_goodput, is_good
 from gpu_memory import lookup, memory_layout
+from kv_cache import PagedKVCache
+from presets import GPUS
 from reports.diagnosis import Diagnosis, diagnosis_json, diagnosis_page
 from reports.tables import header_lines
 
 MIN_UTILIZATION = 0.7  # the upstream skill's refusal: below it, raise the ceiling first
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What the classes and the search's candidates need to know of the workload."""
+    num_requests: int
+    longest_request_tokens: int  # prompt + output of its longest request
+    repeated_prefix_pct: float   # prompt tokens in full blocks an earlier prompt began with
+    shares_prefixes: bool        # that share is REPEATED_PREFIX_PCT or more
+
+
+def workload_facts(workload, block_size: int) -> WorkloadFacts:
+    """The longest request, and how much of the prompts an unbounded prefix cache would find:
+    each prompt's leading full blocks (all but the last token, as vLLM looks up) whose chained
+    hash an earlier prompt's blocks had."""
+    hasher = PagedKVCache(1, block_size, enable_prefix_caching=True)
+    seen, repeated, prompt_tokens, longest, num_requests = set(), 0, 0, 0, 0
+    for request in workload.make_requests():
+        num_requests += 1
+        longest = max(longest, request.prompt_len + request.max_tokens)
+        prompt_tokens += request.prompt_len
+        hashes = hasher.block_hashes(request, (request.prompt_len - 1) // block_size)
+        hits = 0
+        while hits < len(hashes) and hashes[hits] in seen:
+            hits += 1
+        repeated += hits * block_size
+        seen.update(hashes)
+    share = 100 * repeated / prompt_tokens if prompt_tokens else 0.0
+    return WorkloadFacts(num_requests, longest, share, share >= REPEATED_PREFIX_PCT)
 
 
 @dataclass
@@ -54,9 +89,10 @@ class Evaluation:
 class Evaluator:
     """Serves configs on one workload: the baseline, then each recommendation (tuning.py)."""
 
-    def __init__(self, context, workload):
+    def __init__(self, context, workload, facts: WorkloadFacts):
         self.context = context
         self.workload = workload
+        self.facts = facts
 
     def baseline(self, args: argparse.Namespace) -> Evaluation:
         """The config the flags describe: a flag no engine could run with is an error; a config
@@ -74,6 +110,9 @@ class Evaluator:
             return Evaluation(args, None, chunked, None, None, str(refusal))
         return self._serve(args, config, chunked, modes)
 
+    def slos_ms(self, args: argparse.Namespace) -> dict[str, float]:
+        return flags.parse_goodput(args.goodput or list(flags.CHAT_GOODPUT))
+
     def _config(self, args):
         modes = flags.modes_from_args(args, ["chunked"])
         config, name = flags.config_from_args(args, self.context.knobs)
@@ -90,10 +129,13 @@ class Evaluator:
         recorder = engine.serve(self.workload, modes[0])
         require_completions(recorder)
         summary = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
+        summary["good_requests"] = sum(1 for request in recorder.completed()
+                                       if is_good(request, engine.slos_ms))
         tpot_slo_ms = engine.slos_ms.get("tpot", CHAT_SLOS_MS["tpot"])
         mean_prompt_len = summary["total_input_tokens"] / summary["completed"]
         evidence = evidence_of(summary, recorder, config,
-                               physics(config, chunked, mean_prompt_len), tpot_slo_ms)
+                               physics(config, chunked, mean_prompt_len), tpot_slo_ms,
+                               self.facts.repeated_prefix_pct)
         return Evaluation(args, config, chunked, classify(evidence), summary)
 
 
@@ -113,38 +155,54 @@ def add_parser(subparsers, knobs) -> None:
                             f"{AGREEMENT_BAND:g})")
     flags.add_format_flags(group, step_log=False)
     flags.add_chat_goodput_flag(parser)
-    parser.set_defaults(command=run_diagnose, mode=None)
+    parser.flag_hints = {"--mode": "it serves CONTINUOUS+CHUNKED, or CONTINUOUS with "
+                                   "--no-enable-chunked-prefill, as vLLM's V1 engine does"}
+    # Left out, these take vLLM's defaults for the GPU (assume_vllm_defaults), not servesim's.
+    parser.set_defaults(command=run_diagnose, mode=None, gpu_memory_utilization=None)
 
 
 DESCRIPTION = f"""\
 Serve the config (CONTINUOUS+CHUNKED; CONTINUOUS with --no-enable-chunked-prefill) and print one
 page: each flag read (what it sets, vLLM 0.30.0's default); the bottleneck, one of hbm_bound,
-kv_starvation, batching_stall, chunk_missized, decode_floor or none, with the counters that
-decided it; recommendations, each served again; vLLM's start-up checks for these flags; what to
-measure next on the real deployment.
+hand_set_pool, kv_starvation, prefix_cache_off, batching_stall, chunk_missized,
+speculation_overhead, decode_floor or none, with the counters that decided it; recommendations,
+each served again; vLLM's start-up checks for these flags; what to measure next on the real
+deployment.
 
 The rules, in order; shares are of the busy time on the virtual clock:
   hbm_bound       vLLM would refuse to start for memory, or kv_starvation's signs while even
                   utilization 0.95 with FP8 KV holds less than the requests in flight need
+  hand_set_pool   kv_starvation's signs with --num-gpu-blocks-override below what the
+                  memory would hold
   kv_starvation   the longest wait (>= {WAITING_SHARE_PCT:g}%) is for free KV blocks, or preemptions
                   recomputed >= {RECOMPUTED_PCT:g}% of the computed tokens
+  prefix_cache_off  prefix caching off while >= {REPEATED_PREFIX_PCT:g}% of the prompt tokens sit in
+                  full blocks an earlier prompt began with
   batching_stall  the longest wait (>= {WAITING_SHARE_PCT:g}%) is on max_num_seqs, or on a budget
                   below the GEMM ridge that decodes alone spend
-  chunk_missized  too small: a budget below the GEMM ridge while the longest wait (>= {WAITING_SHARE_PCT:g}%)
-                  is behind its prompt chunks or prompts take >= {PROMPT_TIME_PCT:g}% of the time;
+  chunk_missized  too small: >= {WAITING_SHARE_PCT:g}% of the time waited behind prompt chunks or
+                  prompts took >= {PROMPT_TIME_PCT:g}% of it, and the budget is below the GEMM
+                  ridge or twice it computes a prompt >= {BUDGET_GAIN_PCT:g}% faster per token;
                   too big: P99 ITL above the per-token SLO (--goodput tpot, default 100 ms)
                   and >= {ITL_TAIL_RATIO:g}x the median ITL
+  speculation_overhead  speculation on while each step verifies more tokens (decodes x
+                  (1 + k)) than the GEMM ridge
   decode_floor    median ITL within {FLOOR_RATIO:g}x of a one-sequence decode step, and no wait
                   reaching {WAITING_SHARE_PCT:g}%
   none            none of these: a healthy batch, or waits behind compute-bound steps only
 GEMM ridge: the tokens whose linear-layer compute takes as long as streaming the weights once.
 
-Each recommendation is served again on top of those kept before it, and kept if its
-bottleneck's metric (mean E2EL, mean TTFT, P99 ITL or mean TPOT) falls by >= {IMPROVEMENT_PCT:g}%;
-scheduler knobs come first, more GPUs last. At most {MAX_RESIMULATIONS + 1} simulations in all:
-give it a workload of tens to hundreds of requests. Refused: --gpu-memory-utilization below
-{MIN_UTILIZATION:g}; with --observed, an H100-class GPU measured under 100 output tok/s where the
-simulation serves more. The skill behind it: outputs/skill-vllm-scheduler-reader.md."""
+Flags left out take vLLM {FOLLOWED}'s defaults for the GPU (the budget, the seats, utilization
+0.92), as `vllm serve` would; the page says which. The recommendations are a search, judged on
+the --goodput SLO: every scheduler and cache knob, both ways, served on top of the changes kept
+before it, in up to {MAX_ROUNDS} rounds; a change is kept if {IMPROVEMENT_PCT:g}% more of the requests
+meet every SLO, or, at equal goodput, if the bottleneck's metric (mean E2EL, mean TTFT, P99 ITL
+or mean TPOT) falls {IMPROVEMENT_PCT:g}% or more and no headline metric worsens more than {WORSENING_PCT:g}%.
+More GPUs (TP, replicas) only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests meet the SLO.
+With --observed, advice only where the deployment as measured misses the SLO.
+At most {MAX_RESIMULATIONS + 3} simulations in all: give it a workload of tens to hundreds of
+requests. Refused: --gpu-memory-utilization below {MIN_UTILIZATION:g}; with --observed, an H100-class
+GPU measured under 100 output tok/s where the simulation serves more. The skill behind it: outputs/skill-vllm-scheduler-reader.md."""
 
 
 def run_diagnose(args: argparse.Namespace, context) -> str:
@@ -158,10 +216,12 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
     """Read, serve, classify, tune, check and compare: every input checked first."""
     observed = read_observed(args.observed) if args.observed else None
     sent = send_as_observed(observed, args, workload_kind(args) == "trace") if observed else []
+    assumed = assume_vllm_defaults(args)
     config, _ = flags.config_from_args(args, context.knobs)
     refuse_to_tune(config)
     workload = workload_from_args(args, config)
-    evaluator = Evaluator(context, workload)
+    facts = workload_facts(workload, config.block_size)
+    evaluator = Evaluator(context, workload, facts)
     baseline = evaluator.baseline(args)
     comparison = None
     if observed is not None:
@@ -169,18 +229,37 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
             refuse_slow_deployment(observed, baseline.summary, lookup(baseline.config)[1])
         comparison = compare(observed, baseline.summary,
                              baseline.finding.evidence.get("decode_floor_ms", 0.0))
-    kept, rejected, final = recommend(baseline, evaluator)
+    meets = (observed_meets_slo(observed, evaluator.slos_ms(args), SLO_ATTAINMENT_PCT)
+             if observed is not None else None)
+    found = (Search([], [], baseline, [], 0) if meets else search(baseline, evaluator, facts))
     model, gpu = lookup(baseline.config)
     refused = [memory_refusal(baseline.refusal)] if baseline.refusal else []
     return Diagnosis(
         header=header_lines(baseline.config, memory_layout(baseline.config), model.name,
                             gpu.name, workload),
-        sent=sent, baseline=baseline, kept=kept, rejected=rejected, final=final,
+        sent=sent, assumed=assumed, num_requests=facts.num_requests, observed_meets_slo=meets,
+        baseline=baseline, kept=found.kept, rejected=found.rejected,
+        final=found.final, hardware=found.hardware, num_runs=found.num_runs + 1,
         config_read=config_read(baseline.config, baseline.chunked, gpu),
         compatibility=refused + compatibility(baseline.config, baseline.chunked),
         measure_next=MEASURE_NEXT[baseline.finding.bottleneck],
         improvement_pct=IMPROVEMENT_PCT, vllm_version=FOLLOWED,
         observed=observed, comparison=comparison)
+
+
+def assume_vllm_defaults(args: argparse.Namespace) -> list[str]:
+    """A deployment is diagnosed as `vllm serve` runs it: each scheduler and memory flag left
+    out takes vLLM 0.30.0's value for the GPU (not the lesson's knobs, which `run` and
+    `compare` keep). Sets them in `args`; returns them as typed, for the page to say."""
+    if args.gpu not in GPUS:
+        return []  # config_from_args names the bad --gpu
+    chunked = args.enable_chunked_prefill is not False
+    assumed = []
+    for dest, value in serve_defaults(GPUS[args.gpu], chunked, args.max_model_len).items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, value)
+            assumed.append(f"--{dest.replace('_', '-')} {value:g}")
+    return assumed
 
 
 def refuse_to_tune(config: EngineConfig) -> None:

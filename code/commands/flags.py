@@ -27,12 +27,12 @@ from commands.output_files import check_paths
 from commands.serving import Engine
 from commands.speculative_flag import EXAMPLE as SPECULATIVE_EXAMPLE
 from commands.speculative_flag import parse_speculative_config
-from config import ConfigError, EngineConfig, Knobs, Range, flag_name
+from config import MAX_TOKENS, ConfigError, EngineConfig, Knobs, Range, flag_name
 from forward_model import make_clock
 from goodput import CHAT_SLOS_MS, SLO_NAMES
 from gpu_memory import plan_memory
 from modes import MODES
-from presets import GPUS, MODELS
+from presets import DTYPES, GPUS, MODELS, QUANTIZATIONS, default_max_model_len
 from reports.serving_block import PERCENTILE_METRICS
 from reports.timeline import ANCHORS, TimelineSpec
 from spec_decode import MODELLED_METHODS
@@ -55,8 +55,23 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
                      budget_list: bool = False) -> None:
     """`budget_list`: --max-num-batched-tokens takes a comma list (sweep's budget sweep)."""
     group = parser.add_argument_group("engine (vLLM's flag names)")
-    group.add_argument("--model", default=DEFAULTS.model, choices=list(MODELS),
-                       help=f"model preset (default {DEFAULTS.model})")
+    group.add_argument("--model", default=DEFAULTS.model, metavar="PRESET|CONFIG_JSON",
+                       help=f"a model preset ({', '.join(MODELS)}) or a Hugging Face "
+                            f"config.json, the file or a folder holding it (default "
+                            f"{DEFAULTS.model})")
+    group.add_argument("--quantization", default=None, choices=list(QUANTIZATIONS),
+                       help="weights' method: fp8 quantizes a 16-bit checkpoint at load (default: "
+                            "as the checkpoint ships, its quantization_config)")
+    group.add_argument("--dtype", default=DEFAULTS.dtype, choices=list(DTYPES),
+                       help="16-bit type of unquantized weights (default auto: torch_dtype)")
+    add_switch(group, "--enable-expert-parallel", default=DEFAULTS.enable_expert_parallel,
+               help="MoE models: whole experts spread over the tensor x data parallel GPUs, "
+                    "two all-to-alls per MoE layer instead of one all-reduce (default off)")
+    group.add_argument("--data-parallel-size", type=int, default=DEFAULTS.data_parallel_size,
+                       metavar="N", help="N replicas of the engine behind one router (--router, "
+                                         "cluster.py); with --enable-expert-parallel: N attention "
+                                         "ranks of one engine, each with its own KV cache and "
+                                         "share of the batch (default 1)")
     group.add_argument("--gpu", default=DEFAULTS.gpu, choices=list(GPUS),
                        help=f"GPU preset (default {DEFAULTS.gpu})")
     group.add_argument("--tensor-parallel-size", type=int, default=DEFAULTS.tensor_parallel_size,
@@ -71,8 +86,10 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
                             "code/main.py)")
     group.add_argument("--num-gpu-blocks-override", type=int, default=None, metavar="N",
                        help="use N KV blocks instead of sizing the pool from memory")
-    group.add_argument("--max-model-len", type=int, default=DEFAULTS.max_model_len,
-                       metavar="TOKENS", help=f"prompt + output cap (default {DEFAULTS.max_model_len})")
+    group.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                       help=f"prompt + output cap (default: a config.json model's "
+                            f"max_position_embeddings, as vLLM; {DEFAULTS.max_model_len} for the "
+                            "hand-written presets)")
     group.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
                        help=f"most requests per batch; STATIC's batch size (default "
                             f"{knobs.max_num_seqs}: MAX_NUM_SEQS in code/main.py)")
@@ -227,9 +244,22 @@ def config_from_args(args: argparse.Namespace,
 
     if "speculative_config" in values:
         values["speculative_config"] = speculative_config_from_args(args)
+    if values.get("max_model_len", 0) is None:
+        values["max_model_len"] = model_max_model_len(values.get("model", DEFAULTS.model))
     config = EngineConfig(**values)
     config.validate(name)
     return config, name
+
+
+def model_max_model_len(model: str) -> int:
+    """--max-model-len when not given: the model's max_position_embeddings (vLLM's default),
+    the lesson's 8,192 for a hand-written preset; a model that cannot be read is refused by
+    validation, with the key it lacks. Capped at servesim's MAX_TOKENS (Llama-4-Scout says 10.5
+    million), so that the refusal is about the KV cache it cannot hold, with a length that fits."""
+    try:
+        return min(default_max_model_len(model, DEFAULTS.max_model_len), MAX_TOKENS)
+    except ValueError:
+        return DEFAULTS.max_model_len
 
 
 def speculative_config_from_args(args: argparse.Namespace):
@@ -297,10 +327,20 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     for mode in modes:
         mode.check(config, name)
     slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
-    plan = plan_memory(config)
+    config = cluster_flags.replica_config(config)  # replicas: each one engine of its own
+    plan = plan_memory(config, profiled_chunking(modes))
     simulate = cluster_flags.cluster_simulate(args, context.simulate, config, modes, plan)
     return Engine(simulate, config, modes, plan, make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
+
+
+def profiled_chunking(modes: list) -> Optional[bool]:
+    """Whose token budget sizes vLLM's profiling pass (gpu_memory.profile_num_tokens) for the
+    one pool these modes share: the continuous mode's when one runs, else None (the larger of
+    both budgets; NAIVE and STATIC run whole prompts, as CONTINUOUS does)."""
+    chunking = {mode.enable_chunked_prefill for mode in modes if hasattr(mode,
+                                                                          "enable_chunked_prefill")}
+    return chunking.pop() if len(chunking) == 1 else None
 
 
 # -- what to show and write ----------------------------------------------------------------------
@@ -314,6 +354,7 @@ class Outputs:
     step_log: Optional[str] = None              # --step-log FILE
     save_detailed: Optional[str] = None         # --save-detailed FILE
     block_table: Optional[str] = None           # --block-table ID (run only)
+    html: Optional[str] = None                  # --html FILE (run and compare)
     percentiles: list[float] = field(default_factory=lambda: [99.0])
     percentile_metrics: list[str] = field(default_factory=lambda: list(PERCENTILE_METRICS))
     input_paths: list[tuple[str, str]] = field(default_factory=list)  # (flag, path) of files
@@ -322,7 +363,7 @@ class Outputs:
     def file_paths(self) -> list[tuple[str, str]]:
         """(flag, path) of every file to write."""
         paths = (("--svg", self.svg), ("--save-detailed", self.save_detailed),
-                 ("--step-log", self.step_log))
+                 ("--step-log", self.step_log), ("--html", self.html))
         return [(flag, path) for flag, path in paths if path is not None]
 
 
@@ -332,6 +373,7 @@ def outputs_from_args(args: argparse.Namespace) -> Outputs:
     outputs = Outputs(format=args.format, svg=args.svg,
                       step_log=getattr(args, "step_log", None),
                       save_detailed=getattr(args, "save_detailed", None),
+                      html=getattr(args, "html", None),
                       input_paths=[(flag, getattr(args, name)) for flag, name in INPUT_FLAGS
                                    if getattr(args, name, None) is not None])
     if getattr(args, "timeline", None) is not None or getattr(args, "timeline_at", None):

@@ -196,6 +196,8 @@ def add_parser(subparsers, knobs) -> None:
     add_workload_flags(parser)
     parser.add_argument_group("output").add_argument("--format", choices=["table", "json"],
                                                      default="table")
+    parser.flag_hints = {"--mode": "it accounts every reservation policy on one "
+                                   "CONTINUOUS+CHUNKED schedule"}
     parser.set_defaults(command=run_kv_waste)
 
 

@@ -192,7 +192,9 @@ def _where_it_points(figures: list[dict], decode_floor_ms: float) -> list[str]:
                      "balancer), or longer prompts than the workload flags say")
     if off(FIRST_TOKEN, False):
         notes.append("the first token comes sooner than simulated: prefix-cache hits the "
-                     "simulated workload has not, or shorter prompts than it says")
+                     "simulated workload has not (most often a server whose prefix cache was "
+                     "warm: vllm bench serve sends the same prompts on every run, while the "
+                     "simulation starts cold), or shorter prompts than it says")
     if off(THROUGHPUT, False) and not slow:
         notes.append("less is served per second than simulated: the benchmark sent less "
                      "(another rate, concurrency or number of prompts) or the client limited it")
@@ -207,3 +209,26 @@ def _where_it_points(figures: list[dict], decode_floor_ms: float) -> list[str]:
         notes.append(f"every figure agrees within the band (|ln ratio| <= {AGREEMENT_BAND:g}, "
                      "about 1.5x either way): the simulation describes this deployment")
     return notes
+
+
+def observed_meets_slo(observed: dict, slos_ms: dict[str, float],
+                       attainment_pct: float) -> Optional[bool]:
+    """Did the deployment as measured meet the SLO (attainment_pct of the requests within
+    every target)? From its request_goodput where the benchmark was given --goodput; else
+    bracketed by percentiles: a P99 within a target is met, a median above it is missed.
+    None: the file cannot tell."""
+    if all(key in observed for key in ("request_goodput", "duration", "completed")):
+        good = observed["request_goodput"] * observed["duration"]
+        return 100 * good >= attainment_pct * observed["completed"]
+    verdicts = []
+    for name, target in slos_ms.items():
+        p99, median = observed.get(f"p99_{name}_ms"), observed.get(f"median_{name}_ms")
+        if p99 is not None and p99 <= target:
+            verdicts.append(True)
+        elif median is not None and median > target:
+            verdicts.append(False)
+        else:
+            verdicts.append(None)
+    if False in verdicts:
+        return False
+    return True if verdicts and all(verdicts) else None

@@ -28,7 +28,8 @@ def presets_tables() -> list[str]:
                      f"{gpu.bf16_tflops:,.1f}", fp8, f"{gpu.interconnect_gbs:,.0f}"))
     lines += _aligned(rows, num_text_columns=2)
     lines += ["", "Models (from each checkpoint's config.json; KV bytes per token = layers x 2 x "
-                  "kv_heads x head_dim x bytes)"]
+                  "kv_heads x head_dim x bytes; MLA: layers x (kv_lora_rank + qk_rope_head_dim) x "
+                  "bytes; sliding-window layers, which hold only their window, left out)"]
     rows = [("key", "layers", "hidden", "heads/kv", "params B", "weights", "weights GiB",
              "KV B/token 16-bit", "KV B/token fp8")]
     for key, model in MODELS.items():
@@ -37,11 +38,48 @@ def presets_tables() -> list[str]:
                      model.weight_dtype, f"{model.weight_bytes / gib:.2f}",
                      f"{model.kv_bytes_per_token('auto'):,}", f"{model.kv_bytes_per_token('fp8'):,}"))
     lines += _aligned(rows, num_text_columns=1)
+    lines += [""] + experts_table()
     lines += ["", "Sources"]
     for key, preset in [*GPUS.items(), *MODELS.items()]:
         lines.append(textwrap.fill(f"{key}: {preset.source}", width=100, subsequent_indent="    ",
                                    break_on_hyphens=False))
     return lines
+
+
+def experts_table() -> list[str]:
+    """The MoE models' experts and attention, and what servesim does and does not model."""
+    lines = ["Mixture-of-Experts models (active = what one token computes on: attention, dense "
+             "layers, shared and k routed experts, embeddings)"]
+    rows = [("key", "params B", "active B", "experts k/E", "MoE layers", "shared", "experts in",
+             "attention", "context")]
+    for key, model in MODELS.items():
+        moe = model.moe
+        if moe is None:
+            continue
+        active = model.num_active_linear_params + model.num_embedding_params + model.num_small_params
+        rows.append((key, f"{model.num_params / 1e9:.1f}", f"{active / 1e9:.1f}",
+                     f"{moe.experts_per_token}/{moe.num_experts}",
+                     f"{moe.num_moe_layers}/{model.num_layers}",
+                     f"{moe.shared_intermediate_size:,}" if moe.shared_intermediate_size else "-",
+                     model.expert_dtype, _attention_kind(model),
+                     f"{model.max_position_embeddings:,}"))
+    lines += _aligned(rows, num_text_columns=1)
+    lines += textwrap.wrap(
+        "servesim models per step: the experts the step's tokens touch, in expectation "
+        "E(1 - (1 - k/E)^T), read once; compute on active weights only; expert parallelism's "
+        "dispatch and combine all-to-alls by bytes over the GPU link; MLA's latent KV; "
+        "sliding-window layers holding their window; MTP layers as drafters. It does not model: "
+        "expert load imbalance (routing is uniform), EPLB, Llama-4's chunked attention (priced as "
+        "full), MoE kernels' own efficiency (grouped GEMMs run at the dense rate).", width=100)
+    return lines
+
+
+def _attention_kind(model) -> str:
+    if model.mla is not None:
+        return f"MLA {model.mla.kv_lora_rank}+{model.mla.qk_rope_head_dim}"
+    if model.num_sliding_layers:
+        return f"GQA, {model.num_sliding_layers} sliding {model.sliding_window}"
+    return f"GQA {model.num_heads}/{model.num_kv_heads}"
 
 
 def _aligned(rows: list[tuple], num_text_columns: int) -> list[str]:

@@ -18,6 +18,9 @@ from reports import tables
 from reports.block_table import render_block_table
 from reports.replicas import replica_lines
 from reports.serving_block import serving_result_block
+from reports.step_page import (PageBudget, explain_lines, page_data, parse_steps_window,
+                               render_page, step_header)
+from reports.step_record import StepRecorder
 from reports.timeline import DRAFTS_LEGEND
 from reports.timeline import LEGEND as TIMELINE_LEGEND
 from reports.timeline import render_timeline
@@ -44,7 +47,8 @@ def add_parser(subparsers, knobs) -> None:
     flags.add_engine_flags(parser, knobs)
     add_workload_flags(parser)
     group = parser.add_argument_group("output")
-    flags.add_mode_flag(group, default="chunked", default_text="chunked", one=True)
+    flags.add_mode_flag(group, default=None, default_text="chunked; continuous with "
+                        "--no-enable-chunked-prefill", one=True)
     flags.add_format_flags(group)
     group.add_argument("--save-detailed", default=None, metavar="FILE",
                        help="write JSON with per-request lists to FILE, as vllm bench serve "
@@ -58,7 +62,25 @@ def add_parser(subparsers, knobs) -> None:
         help="draw request ID's block table step by step (logical block -> physical block id, "
              "as it takes and returns them), and the first request that is handed one of its "
              "blocks again; continuous or chunked mode only")
+    add_step_flags(parser)
     parser.set_defaults(command=run_one_mode)
+
+
+def add_step_flags(parser) -> None:
+    """--html and --explain: every step, with the rule behind each decision (continuous modes)."""
+    group = parser.add_argument_group("step by step (continuous and chunked modes)")
+    group.add_argument("--html", default=None, metavar="FILE",
+                       help="write the run as one self-contained HTML page to step through in a "
+                            "browser: RUNNING and WAITING, the token budget, the block pool, "
+                            "every decision with its rule (no network needed)")
+    group.add_argument("--html-steps", default=None, metavar="A:B",
+                       help="put only steps A up to (not including) B in the page (for runs "
+                            "too long for one page; A: runs to the end)")
+    group.add_argument("--explain", default=None, type=int, metavar="STEP",
+                       help="print why each request did what it did in engine step STEP "
+                            "(counted from 0, as in --step-log), naming vLLM's function")
+    group.add_argument("--explain-request", default=None, metavar="ID",
+                       help="print request ID's decision in every step it was in")
 
 
 def run_one_mode(args: argparse.Namespace, context) -> str:
@@ -72,14 +94,18 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         raise ConfigError(f"--block-table draws PagedAttention's block tables, and {modes[0].name} "
                           "has none (it reserves max_model_len slots per request in one piece); "
                           "use --mode continuous or chunked")
+    steps = steps_wanted(args, modes[0], engine)
     workload = workload_from_args(args, engine.config)
     with PendingFiles(outputs) as files:
         watch = Watch(series=True, timeline=outputs.timeline, step_log=files.step_log,
                       token_times=outputs.save_detailed is not None,
-                      block_table=outputs.block_table)
+                      block_table=outputs.block_table, steps=steps)
         [mode_run] = serve_modes(engine, workload, watch)
         name, recorder = mode_run.name, mode_run.recorder
         require_completions(recorder)
+        if outputs.html:
+            files.add_text(outputs.html, render_page(page_data(
+                mode_run.steps, engine.title_lines(workload))))
         first_arrival_s = min(r.arrival_s for r in recorder.completed())
         metrics = serving_metrics(recorder, outputs.percentiles, engine.slos_ms,
                                   peak_output_tokens_per_s(mode_run.series, first_arrival_s))
@@ -109,4 +135,57 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         if mode_run.block_table:
             lines += [""] + render_block_table(name, mode_run.block_table,
                                                engine.plan.num_gpu_blocks)
+        lines += explanation_lines(args, mode_run.steps)
         return "\n".join(lines)
+
+
+def steps_wanted(args: argparse.Namespace, mode, engine):
+    """What --html and --explain ask to record: a StepRecorder maker, or None."""
+    explaining = args.explain is not None or args.explain_request is not None
+    if not (args.html or explaining):
+        if args.html_steps is not None:
+            raise ConfigError("--html-steps chooses the steps of --html's page; give --html FILE")
+        return None
+    if not mode.is_paged:
+        raise ConfigError(f"--html and --explain follow vLLM V1's scheduler, and {mode.name} is "
+                          "not it; use --mode continuous or chunked")
+    if explaining and args.format == "json":
+        raise ConfigError("--explain prints text; leave it out with --format json")
+    if args.explain is not None and args.explain < 0:
+        raise ConfigError(f"--explain {args.explain}: steps count from 0; give a step number")
+    first_step, stop_step = 0, None
+    if args.html_steps is not None:
+        first_step, stop_step = parse_steps_window(args.html_steps)
+    elif not args.html and args.explain is not None and args.explain_request is None:
+        first_step, stop_step = args.explain, args.explain + 1  # keep that step only
+    budget = PageBudget() if args.html else None
+    return lambda watched: StepRecorder(watched, engine.clock, first_step, stop_step,
+                                        size_limit=budget, keep_queues=explaining)
+
+
+def explanation_lines(args: argparse.Namespace, recorder) -> list[str]:
+    """--explain STEP and --explain-request ID, as text."""
+    if recorder is None or (args.explain is None and args.explain_request is None):
+        return []
+    records = {record.index: record for record in recorder.records}
+    lines = []
+    if args.explain is not None:
+        record = records.get(args.explain)
+        if record is None:
+            raise ConfigError(f"--explain {args.explain}: the run has {recorder.num_steps} steps "
+                              f"(0 to {recorder.num_steps - 1})"
+                              + ("" if args.html_steps is None else
+                                 f" and --html-steps {args.html_steps} keeps fewer"))
+        lines += ["", f"Every decision in step {record.index} (vLLM 0.30.0's function in "
+                  "brackets):", step_header(record)] + explain_lines(record)
+    if args.explain_request is not None:
+        request_id = args.explain_request
+        if request_id not in recorder.requests:
+            raise ConfigError(f"--explain-request {request_id}: no request of that id ran in the "
+                              f"recorded steps; ids are {', '.join(list(recorder.requests)[:3])}, "
+                              "...")
+        lines += ["", f"Request {request_id}, step by step (vLLM 0.30.0's function in brackets):"]
+        for record in recorder.records:
+            for line in explain_lines(record, request_id):
+                lines.append(f"step {record.index:>5}" + line[len(f"  request {request_id}"):])
+    return lines

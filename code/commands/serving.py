@@ -11,6 +11,7 @@ to see, so a command lists it in a `Watch` and gets back one `ModeRun` per mode:
     --save-detailed       TokenTimes       every token's time, per request (detailed.py)
     --step-log            StepLog          one JSON line per step (step_log.py)
     --block-table ID      BlockTableWatch  one request's block table (reports/block_table.py)
+    --html, --explain     StepRecorder     every step and its reasons (reports/step_record.py)
 
 Nothing is attached that was not asked for: with no observers the engine loop does no extra work.
 With SERVESIM_CHECK_INVARIANTS set (the tests set it), every run is also checked, step by step,
@@ -29,6 +30,7 @@ from config import EngineConfig
 from gpu_memory import MemoryPlan, lookup
 from metrics import RunRecorder
 from reports.block_table import BlockTableWatch
+from reports.step_record import StepRecorder
 from reports.tables import header_lines
 from reports.timeline import TimelineSpec, TimelineWindow
 from reports.timeseries import StepSeries
@@ -81,6 +83,7 @@ class Watch:
     token_times: bool = False
     step_log: Optional[StepLog] = None
     block_table: Optional[str] = None  # the request id whose table to draw
+    steps: Optional[Callable] = None   # makes a StepRecorder for a mode (--html, --explain)
 
 
 @dataclass
@@ -91,6 +94,7 @@ class ModeRun:
     timeline: Optional[TimelineWindow] = None
     token_times: Optional[TokenTimes] = None
     block_table: Optional[BlockTableWatch] = None
+    steps: Optional[StepRecorder] = None
 
 
 def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
@@ -109,8 +113,13 @@ def serve_modes(engine: Engine, workload, watch: Watch) -> list[ModeRun]:
         if watch.step_log:
             observers.append(watch.step_log.observer(mode.name,
                                                      mode.caches_prefixes(engine.config)))
-        recorder = engine.serve(workload, mode, observers)
-        runs.append(ModeRun(mode.name, recorder, series, timeline, token_times, block_table))
+        steps = watch.steps(mode) if watch.steps else None
+        if steps:  # it stands before the mode, and watches every step
+            recorder = engine.serve(workload, steps, [*observers, steps])
+        else:
+            recorder = engine.serve(workload, mode, observers)
+        runs.append(ModeRun(mode.name, recorder, series, timeline, token_times, block_table,
+                            steps))
     return runs
 
 

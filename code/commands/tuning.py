@@ -1,26 +1,36 @@
-"""What to tune for a bottleneck, each change served again to see what it buys.
+"""What to tune: a bounded search over the engine's knobs, judged on the user's SLO.
 
-For the bottleneck found (bottleneck.py), the candidate changes come scheduler knobs first, more
-GPUs last; each is served again on top of the changes kept before it, and kept only if the
-bottleneck's own metric improves by IMPROVEMENT_PCT or more. After a kept change the run is
-read again, and the next change addresses what limits it now: fixing one bottleneck often
-shows the next (a bigger batch may starve the KV cache). It stops when no candidate is left,
-after MAX_RESIMULATIONS runs, or once a change has moved the run on to `decode_floor` or
-`none`: the scheduler is no longer the limit, so the diagnosis is done (a run that starts
-there gets that bottleneck's own candidates).
+The objective is the user's: goodput under --goodput, counted as the requests that met every
+SLO. A change is kept (`judge`) only if
 
-    bottleneck                 candidates, in order
-    hbm_bound, kv_starvation   drop --num-gpu-blocks-override; --gpu-memory-utilization 0.95;
-                               --kv-cache-dtype fp8; then --tensor-parallel-size x2 (or the
-                               fewest GPUs with which vLLM would start)
-    batching_stall             --max-num-seqs up to what the KV holds; or, when decodes alone
-                               spend the budget, a larger budget
-    chunk_missized             the budget whose full chunk step meets the per-token SLO, never
-                               below the GEMM ridge (chunking off: chunked prefill on, with
-                               such a budget)
-    decode_floor               EAGLE-3 (k = 3) where a head for the model is published; then
-                               --tensor-parallel-size x2
-    none, compute full         --tensor-parallel-size x2
+    it raises goodput (IMPROVEMENT_PCT more of the requests, and at least one, meet every
+    SLO), or, at equal goodput (no fewer meet it, and not that many more), it lowers the
+    bottleneck's own metric by IMPROVEMENT_PCT or more while no headline metric (mean TTFT,
+    mean TPOT, P99 ITL, output throughput) gets worse by more than WORSENING_PCT. A change that
+    lets fewer requests meet the SLO is never kept. (A gain of one request in forty is within
+    what one draw of the workload decides, so it counts as equal.)
+
+The search is greedy over re-simulations. A round serves every candidate change of one flag
+(`candidates`: every scheduler and cache knob, in both directions) on top of the config so far,
+and applies the best change that passes; the next round serves the candidates again on top of
+it (moving one knob moves what the others buy). It stops when a round keeps nothing, after
+MAX_ROUNDS rounds, or at MAX_RESIMULATIONS runs. Only then, and only if the run
+still misses the SLO target (fewer than SLO_ATTAINMENT_PCT of the requests meet every SLO), are
+more GPUs tried: twice the tensor parallelism and twice the replicas (where the command line has
+replicas), each served, side by side; one is kept only if it raises goodput, the one with the
+higher goodput per GPU. No recommendation adds GPUs while a change on the same GPUs meets the
+target.
+
+    the knobs, both ways   --max-num-seqs x2 and /2; --max-num-batched-tokens x2 and /2;
+                           --long-prefill-token-threshold on (half the budget) or off; chunked
+                           prefill off, or on with a budget whose step meets the per-token SLO
+                           (`slo_budget`); --max-model-len down to the workload's longest
+                           request; --gpu-memory-utilization up to 0.95; --kv-cache-dtype fp8
+                           (an accuracy trade, vLLM's quantized-KV docs); prefix caching on;
+                           --num-gpu-blocks-override left out; speculation off, or its k one
+                           up and one down, or EAGLE-3 on where a head is published
+    then hardware          --tensor-parallel-size x2 (or the fewest GPUs with which vLLM
+                           starts); --data-parallel-size x2
 """
 
 import argparse
@@ -31,16 +41,23 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
-from commands.bottleneck import BEST_UTILIZATION, Finding
-from commands.vllm_facts import serve_batch_defaults
+from commands.bottleneck import BEST_UTILIZATION
 from config import ConfigError, EngineConfig
 from forward_model import RooflineClock
-from gpu_memory import lookup, memory_layout, plan_memory
+from goodput import CHAT_SLOS_MS
+from gpu_memory import plan_memory
 
-MAX_RESIMULATIONS = 4   # runs beside the first: diagnose serves the workload at most 5 times
-IMPROVEMENT_PCT = 5.0   # a change is kept if it lowers its metric by at least this much
+IMPROVEMENT_PCT = 5.0    # goodput raised: this share more of the requests meet every SLO; at
+#                          equal goodput, the bottleneck's metric must fall this much ...
+WORSENING_PCT = 10.0     # ... while no headline metric worsens by more than this
+SLO_ATTAINMENT_PCT = 90.0  # the SLO is met when this share of requests meets every SLO: the
+#                            attainment target DistServe (Zhong et al., OSDI 2024) plans for
+MAX_ROUNDS = 3
+MAX_RESIMULATIONS = 30   # knob runs beside the first (and at most two of hardware): a few
+#                          hundred requests stay under about 10 s
 MAX_TENSOR_PARALLEL = 8  # one node's GPUs
-LARGEST_BUDGET = 16384  # vLLM 0.30.0's largest default budget (GPUs of 160 GiB or more)
+MAX_BUDGET = 65536       # the top of the budgets published guidance tries (Vultr's cookbook)
+LARGEST_DEFAULT_BUDGET = 16384  # vLLM 0.30.0's largest default budget (GPUs of 160 GiB or more)
 # EAGLE-3 heads published for servesim's models (Hugging Face, the EAGLE authors' own); an
 # FP8 target takes its 16-bit twin's head.
 EAGLE3_HEADS = {"llama-3.1-8b": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
@@ -49,12 +66,17 @@ EAGLE3_HEADS = {"llama-3.1-8b": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
                 "llama-3.3-70b-fp8": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}
 NUM_DRAFTS = 3  # k: vLLM's measured acceptance is for 3 (spec_decode.DEFAULT_ACCEPTANCE)
 
+# The headline metrics a kept change may not worsen by more than WORSENING_PCT, and which way
+# is better for each (True: lower). Every kept change prints them all, before -> after.
+HEADLINE = {"mean_ttft_ms": True, "mean_tpot_ms": True, "p99_itl_ms": True,
+            "output_throughput": False}
+
 
 @dataclass(frozen=True)
 class Change:
     """One flag as a user would type it, and what it sets among the parsed flags."""
     flag: str
-    value: object   # as typed (None: leave the flag out)
+    value: object   # as typed (None: leave the flag out; True/False: a --[no-] switch)
     dest: str       # the argparse destination it sets
     setting: object  # the value it sets there
 
@@ -63,54 +85,112 @@ class Change:
             return f"leave out {self.flag}"
         if self.value is True:
             return self.flag
+        if self.value is False:
+            return "--no-" + self.flag[2:]
         return f"{self.flag} {shlex.quote(str(self.value))}"  # as a shell would take it
 
 
 @dataclass
 class Trial:
-    """One candidate served again: what it changed, against which bottleneck, and what came."""
+    """One candidate served again: what it changed, on top of which config, and what came."""
     changes: list[Change]
-    addresses: str           # the bottleneck it was tried against
-    metric: str
-    before: Optional[float]  # None: the config before it could not start
-    after: Optional[float]   # None: the config with it could not start
+    addresses: str           # the bottleneck of the config it was tried on
+    metric: str              # that bottleneck's metric (good_requests when it has none)
+    before: Optional[float]  # the metric before; None: the config before could not start
+    after: Optional[float]   # after; None: the config with it could not start
+    num_gpus: tuple = (1, 1)  # GPUs before and after
     refusal: str = ""        # why it could not start, if it could not
-    also: dict = field(default_factory=dict)  # other metrics: name -> (before, after)
+    also: dict = field(default_factory=dict)  # every headline metric and goodput: (before, after)
     kept: bool = False
+    why: str = ""            # the judgement, in one phrase
 
     def as_json(self) -> dict:
         first = self.changes[0]
         return {"flag": first.flag, "value": first.value,
                 "flags": {change.flag: change.value for change in self.changes},
                 "addresses": self.addresses, "metric": self.metric, "before": self.before,
-                "after": self.after, "refused": self.refusal or None,
+                "after": self.after, "gpus": list(self.num_gpus), "kept": self.kept,
+                "why": self.why, "refused": self.refusal or None,
                 "also": {name: list(pair) for name, pair in self.also.items()}}
 
 
-SIDE_METRICS = ("output_throughput", "request_goodput", "mean_ttft_ms", "p99_itl_ms")
+@dataclass
+class Search:
+    """What the search served: the changes kept in order, those tried and not kept, the run
+    after the kept ones, and the hardware options served side by side."""
+    kept: list[Trial]
+    rejected: list[Trial]
+    final: object             # diagnose.Evaluation
+    hardware: list[Trial]     # the more-GPU options served (kept or not), side by side
+    num_runs: int
 
 
-def recommend(baseline, evaluate: Callable) -> tuple[list[Trial], list[Trial], object]:
-    """Serve candidates for the baseline's bottleneck and those it leads to. `baseline` and what
-    `evaluate(args)` returns are diagnose.Evaluation; returns (kept, not kept, last kept run)."""
-    current, kept, rejected, tried_flags = baseline, [], [], set()
-    while len(kept) + len(rejected) < MAX_RESIMULATIONS:
-        finding = current.finding
-        if finding.metric is None or (finding.bottleneck in ("decode_floor", "none")
-                                      and finding.bottleneck != baseline.finding.bottleneck):
+def good_requests(run) -> int:
+    """Requests that met every SLO (diagnose adds the count to the summary)."""
+    return run.summary["good_requests"]
+
+
+def meets_slo(run) -> bool:
+    """Did SLO_ATTAINMENT_PCT of the requests sent meet every SLO?"""
+    summary = run.summary
+    return summary is not None and (100 * summary["good_requests"] >= SLO_ATTAINMENT_PCT
+                                    * (summary["completed"] + summary["rejected"]))
+
+
+def num_gpus(run) -> int:
+    return run.config.tensor_parallel_size * getattr(run.args, "data_parallel_size", 1)
+
+
+def search(baseline, evaluate: Callable, workload_facts) -> Search:
+    """The knobs first, in rounds; then, only if the SLO is still missed, more GPUs."""
+    current, kept, rejected, runs = baseline, [], [], 0
+    for _ in range(MAX_ROUNDS):
+        served = []
+        for changes in candidates(current, workload_facts)[:max(0, MAX_RESIMULATIONS - runs)]:
+            trial_run = evaluate(apply(current.args, changes))
+            served.append((judge(changes, current, trial_run), trial_run))
+        runs += len(served)
+        passed = [(trial, trial_run) for trial, trial_run in served if trial.kept]
+        if not passed:
+            rejected += [trial for trial, _ in served]
             break
-        changes = next((c for c in candidates(current) if c[0].flag not in tried_flags), None)
-        if changes is None:
-            break
-        tried_flags.add(changes[0].flag)
-        trial_run = evaluate(apply(current.args, changes))
-        trial = judge(changes, finding, current, trial_run)
-        if trial.kept:
-            kept.append(trial)
-            current = trial_run
-        else:
-            rejected.append(trial)
-    return kept, rejected, current
+        best, current = max(passed, key=lambda pair: _rank(pair[1], current))
+        for trial, _ in served:
+            trial.kept = trial is best
+        kept.append(best)
+        rejected += [trial for trial, _ in served if trial is not best]
+    hardware = []
+    if not meets_slo(current):
+        served = [(judge(changes, current, trial_run), trial_run)
+                  for changes in hardware_candidates(current)
+                  for trial_run in [evaluate(apply(current.args, changes))]]
+        runs += len(served)
+        for trial, trial_run in served:  # more GPUs must raise goodput, not merely speed it up
+            if trial.kept and trial.before is not None and (
+                    good_requests(trial_run) - good_requests(current) < raised_by(current)):
+                trial.kept, trial.why = False, "more GPUs, and goodput not raised"
+        hardware = [trial for trial, _ in served]
+        passed = [(trial, trial_run) for trial, trial_run in served if trial.kept]
+        if passed:
+            best, current = max(passed, key=lambda pair: good_requests(pair[1])
+                                / pair[0].num_gpus[1])
+            for trial in hardware:
+                trial.kept = trial is best
+            kept.append(best)
+    return Search(kept, rejected, current, hardware, runs)
+
+
+def _rank(run, before) -> tuple:
+    """Higher is better: goodput raised, then how many more met the SLO, then how far the
+    bottleneck's metric fell."""
+    if before.summary is None:
+        return good_requests(run), 0.0
+    gained = good_requests(run) - good_requests(before)
+    metric = before.finding.metric
+    fall = 0.0
+    if metric is not None and before.summary[metric]:
+        fall = 1 - run.summary[metric] / before.summary[metric]
+    return gained >= raised_by(before), gained, fall
 
 
 def apply(args: argparse.Namespace, changes: list[Change]) -> argparse.Namespace:
@@ -120,122 +200,113 @@ def apply(args: argparse.Namespace, changes: list[Change]) -> argparse.Namespace
     return changed
 
 
-def judge(changes: list[Change], finding: Finding, before, after) -> Trial:
-    metric = finding.metric
-    before_value = before.summary[metric] if before.summary else None
-    after_value = after.summary[metric] if after.summary else None
-    trial = Trial(changes, finding.bottleneck, metric, before_value, after_value,
+def judge(changes: list[Change], before, after) -> Trial:
+    """Kept if it raises goodput, or at equal goodput lowers the bottleneck's metric by
+    IMPROVEMENT_PCT without worsening a headline metric by more than WORSENING_PCT."""
+    metric = before.finding.metric if before.finding is not None else None
+    metric = metric or "good_requests"
+    trial = Trial(changes, before.finding.bottleneck if before.finding else "refused", metric,
+                  before.summary.get(metric) if before.summary else None,
+                  after.summary.get(metric) if after.summary else None,
+                  num_gpus=(num_gpus(before) if before.config else 1,
+                            num_gpus(after) if after.config else 1),
                   refusal=after.refusal or "")
     if after.summary is None:
+        trial.why = "could not start"
         return trial
-    if before.summary is not None:
-        trial.also = {name: (before.summary.get(name), after.summary.get(name))
-                      for name in SIDE_METRICS if name != metric and name in after.summary}
-    trial.kept = (before_value is None
-                  or after_value <= before_value * (1 - IMPROVEMENT_PCT / 100))
+    if before.summary is None:
+        trial.kept, trial.why = True, "starts, where the config before it could not"
+        return trial
+    trial.also = {name: (before.summary[name], after.summary[name])
+                  for name in ("good_requests", "request_goodput", *HEADLINE)}
+    gained = good_requests(after) - good_requests(before)
+    if gained >= raised_by(before):
+        trial.kept, trial.why = True, f"{gained} more request(s) meet every SLO"
+    elif gained < 0:
+        trial.why = f"{-gained} fewer request(s) meet every SLO"
+    elif metric == "good_requests":
+        trial.why = "goodput not raised, and nothing limits the run"
+    else:
+        trial.kept, trial.why = _at_equal_goodput(metric, before.summary, after.summary)
+        if gained:
+            trial.why += f" ({gained:+d} meeting every SLO counts as equal: below {raised_by(before)})"
     return trial
 
 
-# -- the candidates, by bottleneck ---------------------------------------------------------------
-
-def candidates(run) -> list[list[Change]]:
-    """The changes to try for the run's bottleneck, in order (each a list of flags set together)."""
-    finding, config = run.finding, run.config
-    hardware = [[more_gpus(config)]] if config.tensor_parallel_size < MAX_TENSOR_PARALLEL else []
-    if finding.bottleneck in ("hbm_bound", "kv_starvation"):
-        return memory_candidates(config) + hardware
-    if finding.bottleneck == "batching_stall":
-        if finding.kind == "max_num_seqs":
-            seats = more_seats(run)
-            return [[seats]] if seats.value > config.max_num_seqs else []  # the budget caps it
-        return [[budget_change(max(2 * config.token_budget(run.chunked), slo_budget(run)))]]
-    if finding.bottleneck == "chunk_missized":
-        return chunk_candidates(run)
-    if finding.bottleneck == "decode_floor":
-        drafts = [[eagle3(config)]] if config.model in EAGLE3_HEADS and not (
-            config.speculative_config) else []
-        return drafts + hardware
-    return hardware  # none: the compute is full
+def raised_by(run) -> int:
+    """How many more requests must meet every SLO for goodput to count as raised."""
+    sent = run.summary["completed"] + run.summary["rejected"]
+    return max(1, math.ceil(IMPROVEMENT_PCT / 100 * sent))
 
 
-def memory_candidates(config: EngineConfig) -> list[list[Change]]:
-    """More KV from the same GPU: the pool sized from memory, more of the memory, FP8 KV. None
-    of them helps weights that do not fit even at the highest utilization."""
-    best = memory_layout(replace(config, gpu_memory_utilization=max(
-        BEST_UTILIZATION, config.gpu_memory_utilization), num_gpu_blocks_override=None))
-    if best.weight_bytes + best.activation_reserve_bytes >= best.usable_bytes:
+def _at_equal_goodput(metric: str, before: dict, after: dict) -> tuple[bool, str]:
+    if after[metric] > before[metric] * (1 - IMPROVEMENT_PCT / 100):
+        return False, f"equal goodput, and {metric} fell less than {IMPROVEMENT_PCT:g}%"
+    for name, lower_is_better in HEADLINE.items():
+        if _worsened_pct(before[name], after[name], lower_is_better) > WORSENING_PCT:
+            return False, f"equal goodput, and {name} worsened more than {WORSENING_PCT:g}%"
+    return True, f"equal goodput, and {metric} fell {IMPROVEMENT_PCT:g}% or more"
+
+
+def _worsened_pct(before: float, after: float, lower_is_better: bool) -> float:
+    if before == 0:
+        return 0.0 if after == 0 or not lower_is_better else math.inf
+    change = 100 * (after - before) / before
+    return change if lower_is_better else -change
+
+
+# -- the candidates ------------------------------------------------------------------------------
+
+def candidates(run, workload_facts) -> list[list[Change]]:
+    """Every scheduler and cache knob, one change at a time, both ways, on the same GPUs."""
+    if run.config is None:
         return []
-    changes = []
-    if config.num_gpu_blocks_override is not None:
-        sized = memory_layout(replace(config, num_gpu_blocks_override=None))
-        if sized.num_gpu_blocks > config.num_gpu_blocks_override:
-            changes.append([Change("--num-gpu-blocks-override", None, "num_gpu_blocks_override",
-                                   None)])
+    config, chunked = run.config, run.chunked
+    budget = config.token_budget(chunked)
+    options = [[_set("--max-num-seqs", "max_num_seqs", config.max_num_seqs * 2)]]
+    if config.max_num_seqs > 1:
+        options.append([_set("--max-num-seqs", "max_num_seqs", config.max_num_seqs // 2)])
+    if budget * 2 <= MAX_BUDGET:
+        options.append([_set("--max-num-batched-tokens", "max_num_batched_tokens", budget * 2)])
+    if budget // 2 >= config.max_num_seqs:  # vLLM refuses a budget below max_num_seqs
+        options.append([_set("--max-num-batched-tokens", "max_num_batched_tokens", budget // 2)])
+    if chunked:
+        threshold = 0 if config.long_prefill_token_threshold else budget // 2
+        options.append([_set("--long-prefill-token-threshold", "long_prefill_token_threshold",
+                             threshold)])
+    if chunked:
+        options.append([Change("--enable-chunked-prefill", False, "enable_chunked_prefill",
+                               False)])
+    else:  # on, with a budget that slices: the old one would take the same prompts whole
+        options.append([Change("--enable-chunked-prefill", True, "enable_chunked_prefill", True),
+                        _set("--max-num-batched-tokens", "max_num_batched_tokens",
+                             slo_budget(run))])
+    if workload_facts.longest_request_tokens < config.max_model_len // 2:
+        options.append([_set("--max-model-len", "max_model_len",
+                             workload_facts.longest_request_tokens)])
     if config.gpu_memory_utilization < BEST_UTILIZATION:
-        changes.append([Change("--gpu-memory-utilization", BEST_UTILIZATION,
-                               "gpu_memory_utilization", BEST_UTILIZATION)])
+        options.append([_set("--gpu-memory-utilization", "gpu_memory_utilization",
+                             BEST_UTILIZATION)])
     if config.kv_cache_dtype == "auto":
-        changes.append([Change("--kv-cache-dtype", "fp8", "kv_cache_dtype", "fp8")])
-    return changes
-
-
-def more_gpus(config: EngineConfig) -> Change:
-    """More GPUs (tensor parallelism): the fewest, a power of two up to one node's eight, with
-    which vLLM would start; twice as many as now if it already starts."""
-    tp = 2 * config.tensor_parallel_size
-    while tp < MAX_TENSOR_PARALLEL and not starts(replace(config, tensor_parallel_size=tp)):
-        tp *= 2
-    tp = min(tp, MAX_TENSOR_PARALLEL)
-    return Change("--tensor-parallel-size", tp, "tensor_parallel_size", tp)
-
-
-def starts(config: EngineConfig) -> bool:
-    try:
-        plan_memory(config)
-    except ConfigError:
-        return False
-    return True
-
-
-def more_seats(run) -> Change:
-    """--max-num-seqs: as many mean-length requests as the KV cache holds (a power of two),
-    at most vLLM's default for the GPU and the token budget (vLLM refuses more seats than
-    tokens), at least twice the seats there are."""
-    config, summary = run.config, run.summary
-    mean_sequence = (summary["total_input_tokens"] + summary["total_output_tokens"]) / summary[
-        "completed"]
-    _, default_seqs = serve_batch_defaults(lookup(config)[1])
-    fits = 2 ** int(math.log2(max(1.0, run.finding.evidence["kv_cache_tokens"] / mean_sequence)))
-    seats = min(max(2 * config.max_num_seqs, min(default_seqs, fits)),
-                config.token_budget(run.chunked))
-    return Change("--max-num-seqs", seats, "max_num_seqs", seats)
-
-
-def chunk_candidates(run) -> list[list[Change]]:
-    budget = run.config.token_budget(run.chunked)
-    sized = slo_budget(run)
-    if run.finding.kind == "too_small":
-        return [[budget_change(sized)]] if sized > budget else []
-    if not run.chunked:  # with the budget said, as vLLM's default would be another
-        return [[Change("--enable-chunked-prefill", True, "enable_chunked_prefill", True),
-                 budget_change(sized)]]
-    return [[budget_change(sized)]] if sized < budget else []
-
-
-def budget_change(tokens: int) -> Change:
-    return Change("--max-num-batched-tokens", tokens, "max_num_batched_tokens", tokens)
+        options.append([_set("--kv-cache-dtype", "kv_cache_dtype", "fp8")])
+    if not config.enable_prefix_caching and workload_facts.shares_prefixes:
+        options.append([Change("--enable-prefix-caching", True, "enable_prefix_caching", True)])
+    if config.num_gpu_blocks_override is not None:
+        options.append([Change("--num-gpu-blocks-override", None, "num_gpu_blocks_override",
+                               None)])
+    return options + speculation_candidates(run)
 
 
 def slo_budget(run) -> int:
-    """The largest power-of-two budget whose full step (a chunk of what the run's mean batch of
-    decodes leaves, beside them) the clock prices within the per-token SLO: the biggest chunk
-    that never stalls a decode past it; but never below the GEMM ridge, where a chunk would
-    cost a stream of the weights for a few tokens (a chunk too small), nor below max_num_seqs."""
-    evidence, summary = run.finding.evidence, run.summary
-    clock = RooflineClock(run.config)
-    num_decodes = max(1, round(summary["mean_batch_size"]))
-    context = round((summary["total_input_tokens"] + summary["total_output_tokens"] / 2)
-                    / summary["completed"])
+    """The largest power-of-two budget whose full step (a prompt chunk beside the run's mean
+    batch of decodes) the clock prices within the per-token SLO, so no chunk stalls a decode
+    past it; at least max_num_seqs (vLLM's floor) and at most LARGEST_DEFAULT_BUDGET."""
+    summary, config = run.summary, run.config
+    clock = RooflineClock(config)
+    num_decodes = max(1, round(summary["mean_batch_size"])) if summary else 1
+    context = (round((summary["total_input_tokens"] + summary["total_output_tokens"] / 2)
+                     / summary["completed"]) if summary else config.max_model_len // 2)
+    tpot_slo_ms = run.finding.evidence.get("tpot_slo_ms", CHAT_SLOS_MS["tpot"])
 
     def step_ms(budget: int) -> float:
         chunk = max(1, budget - num_decodes)
@@ -243,15 +314,68 @@ def slo_budget(run) -> int:
                                   chunk * (chunk + 1) // 2 + num_decodes * (context + 1),
                                   num_decodes * context)
 
-    smallest = max(2 ** math.ceil(math.log2(evidence["gemm_ridge_tokens"])),
-                   run.config.max_num_seqs)  # vLLM refuses a budget below max_num_seqs
-    budget = LARGEST_BUDGET
-    while budget > smallest and step_ms(budget) > evidence["tpot_slo_ms"]:
+    budget = LARGEST_DEFAULT_BUDGET
+    while budget > config.max_num_seqs and step_ms(budget) > tpot_slo_ms:
         budget //= 2
-    return max(budget, smallest)
+    return max(budget, config.max_num_seqs)
 
 
-def eagle3(config: EngineConfig) -> Change:
-    text = json.dumps({"method": "eagle3", "model": EAGLE3_HEADS[config.model],
-                       "num_speculative_tokens": NUM_DRAFTS})
+def speculation_candidates(run) -> list[list[Change]]:
+    """Speculation off, or one draft more or fewer; on (EAGLE-3) where a head is published."""
+    config = run.config
+    speculative = config.speculative_config
+    if speculative is None:
+        if config.model not in EAGLE3_HEADS:
+            return []
+        return [[_speculative({"method": "eagle3", "model": EAGLE3_HEADS[config.model],
+                               "num_speculative_tokens": NUM_DRAFTS})]]
+    off = [Change("--speculative-config", None, "speculative_config", None)]
+    if getattr(run.args, "spec_acceptance_rate", None) is not None:  # it needs speculation
+        off.append(Change("--spec-acceptance-rate", None, "spec_acceptance_rate", None))
+    options = [off]
+    original = json.loads(run.args.speculative_config)
+    for k in (speculative.num_speculative_tokens + 1, speculative.num_speculative_tokens - 1):
+        if k >= 1:
+            options.append([_speculative({**original, "num_speculative_tokens": k})])
+    return options
+
+
+def hardware_candidates(run) -> list[list[Change]]:
+    """More GPUs, each way: twice the tensor parallelism (or the fewest GPUs with which vLLM
+    starts), and twice the replicas where the command has --data-parallel-size."""
+    if run.config is None:
+        return []
+    options = []
+    if run.config.tensor_parallel_size < MAX_TENSOR_PARALLEL:
+        options.append([more_tensor_parallel(run.config, run.chunked)])
+    if hasattr(run.args, "data_parallel_size"):
+        replicas = 2 * run.args.data_parallel_size
+        options.append([_set("--data-parallel-size", "data_parallel_size", replicas)])
+    return options
+
+
+def more_tensor_parallel(config: EngineConfig, chunked: bool) -> Change:
+    """The fewest GPUs, a power of two up to one node's eight, with which vLLM would start;
+    twice as many as now if it already starts."""
+    tp = 2 * config.tensor_parallel_size
+    while tp < MAX_TENSOR_PARALLEL and not starts(replace(config, tensor_parallel_size=tp),
+                                                  chunked):
+        tp *= 2
+    return _set("--tensor-parallel-size", "tensor_parallel_size", min(tp, MAX_TENSOR_PARALLEL))
+
+
+def starts(config: EngineConfig, chunked: bool) -> bool:
+    try:
+        plan_memory(config, chunked)
+    except ConfigError:
+        return False
+    return True
+
+
+def _set(flag: str, dest: str, value) -> Change:
+    return Change(flag, value, dest, value)
+
+
+def _speculative(document: dict) -> Change:
+    text = json.dumps(document)
     return Change("--speculative-config", text, "speculative_config", text)

@@ -1,8 +1,8 @@
 """What vLLM itself does with the engine flags: its defaults, and what each version refuses.
 
 Facts only, each with where it was read: vLLM 0.30.0's code (the version servesim follows), and
-v0.18.0's (the lesson's), from ../shared/notes/vllm-v1-specdec-prefix.md, which names the file
-and line of each. `diagnose` reads its "Config read" and its compatibility check from here, and
+v0.18.0's (the lesson's, read in the PyPI wheel and sdist of vllm 0.18.0, tag v0.18.0), each
+with its file (and line) in that version's vllm/ tree; older versions' from their PyPI wheels. `diagnose` reads its "Config read" and its compatibility check from here, and
 `lesson-check` its verdict on the lesson's v0.18.0 gotcha.
 """
 
@@ -37,6 +37,18 @@ def serve_batch_defaults(gpu: GpuSpec) -> tuple[int, int]:
     if gpu.memory_gib >= 70 and "A100" not in gpu.name:
         return 8192, 1024
     return 2048, 256
+
+
+SERVE_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.30.0's default (CacheConfig, config/cache.py)
+
+
+def serve_defaults(gpu: GpuSpec, chunked: bool, max_model_len: int) -> dict[str, object]:
+    """The scheduler and memory flags `vllm serve` 0.30.0 sets itself when they are left out,
+    for this GPU, by their argparse names. Without chunked prefill the budget is at least
+    max_model_len (EngineArgs._set_default_max_num_seqs_and_batched_tokens_args)."""
+    budget, seqs = serve_batch_defaults(gpu)
+    return {"max_num_batched_tokens": budget if chunked else max(budget, max_model_len),
+            "max_num_seqs": seqs, "gpu_memory_utilization": SERVE_GPU_MEMORY_UTILIZATION}
 
 
 @dataclass(frozen=True)
@@ -110,7 +122,7 @@ def differs_from_vllm(flag: str, config: EngineConfig, chunked: bool, gpu: GpuSp
     budget, seqs = serve_batch_defaults(gpu)
     value = {
         "--tensor-parallel-size": config.tensor_parallel_size != 1,
-        "--gpu-memory-utilization": config.gpu_memory_utilization != 0.92,
+        "--gpu-memory-utilization": config.gpu_memory_utilization != SERVE_GPU_MEMORY_UTILIZATION,
         "--kv-cache-dtype": config.kv_cache_dtype != "auto",
         "--block-size": config.block_size != 16,
         "--num-gpu-blocks-override": config.num_gpu_blocks_override is not None,

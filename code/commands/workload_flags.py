@@ -21,6 +21,7 @@ from config import EngineConfig
 from forward_model import make_clock
 from traces.formats import DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS
 from traces.replay import trace_workload
+from traces.shipped import shipped_traces
 from workload import (DEFAULT_NUM_PROMPTS, MIXED_REQUEST_RATE, NormalLengths,
                       RandomLengths, Workload, WorkloadError, mixed_workload, normal_workload,
                       prefix_repetition_workload, random_workload)
@@ -121,8 +122,10 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
     trace_group = parser.add_argument_group(
         "trace replay",
         "Replays a real service's requests with the trace's own gaps, from its first request.")
-    trace_group.add_argument("--trace", default=None, metavar="FILE",
-                             help="the trace file; its format is told from its first line")
+    trace_group.add_argument("--trace", default=None, metavar="FILE|NAME",
+                             help="the trace file (.gz read too), or a shipped trace by name: "
+                                  f"{', '.join(shipped_traces())} (code/traces/README.md); "
+                                  "its format is told from its first line")
     trace_group.add_argument("--trace-format", choices=TRACE_FORMATS, default=None,
                              help="azure: TIMESTAMP,ContextTokens,GeneratedTokens; mooncake: JSON "
                                   "lines, timestamp in ms; burstgpt: Timestamp (s), Request "

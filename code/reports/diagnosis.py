@@ -20,14 +20,19 @@ class Diagnosis:
     """What diagnose found, as commands/diagnose.py assembles it."""
     header: list[str]          # model, GPU, KV cache, workload
     sent: list[str]            # workload flags set from --observed, as typed
+    assumed: list[str]         # engine flags left out, at vLLM's defaults for the GPU, as typed
+    num_requests: int          # the workload's requests
+    observed_meets_slo: Optional[bool]  # --observed: the deployment met the SLO (None: unknown)
     baseline: object           # diagnose.Evaluation of the config given
     kept: list                 # tuning.Trial, in order
     rejected: list
     final: object              # the Evaluation after the kept ones
+    hardware: list             # tuning.Trial: the more-GPU options served side by side
+    num_runs: int              # simulations served, the config given included
     config_read: list[dict]    # vllm_facts.config_read
     compatibility: list        # vllm_facts.Compatibility
     measure_next: str
-    improvement_pct: float     # a recommendation is kept if its metric falls by this much
+    improvement_pct: float     # at equal goodput, a change is kept if its metric falls this much
     vllm_version: str          # the one servesim follows
     observed: Optional[dict] = None
     comparison: Optional[dict] = None  # observed.compare
@@ -35,12 +40,16 @@ class Diagnosis:
 
 SUMMARY_NAMES = {"mean_e2el_ms": "mean E2EL ms", "mean_ttft_ms": "mean TTFT ms",
                  "p99_itl_ms": "P99 ITL ms", "mean_tpot_ms": "mean TPOT ms",
-                 "output_throughput": "out tok/s", "request_goodput": "goodput req/s"}
+                 "output_throughput": "out tok/s", "request_goodput": "goodput req/s",
+                 "good_requests": "requests meeting every SLO"}
 WHAT_LIMITS = {"hbm_bound": "the GPU's memory", "kv_starvation": "PagedAttention's block pool",
                "batching_stall": "continuous batching's caps",
                "chunk_missized": "chunked prefill's chunk size",
                "decode_floor": "the weight stream: the hardware's floor",
-               "none": "no scheduler default"}
+               "none": "no scheduler default",
+               "hand_set_pool": "a pool set by hand (--num-gpu-blocks-override)",
+               "prefix_cache_off": "prefix caching, left off",
+               "speculation_overhead": "speculative decoding's compute at this load"}
 
 
 def diagnosis_page(d: Diagnosis) -> list[str]:
@@ -48,10 +57,12 @@ def diagnosis_page(d: Diagnosis) -> list[str]:
     lines = list(d.header)
     if d.sent:
         lines.append(f"sent as --observed says: {', '.join(d.sent)}")
+    if d.assumed:
+        lines.append(_wrap(f"left out, so at vLLM {d.vllm_version}'s defaults for this GPU: "
+                           f"{', '.join(d.assumed)}"))
     lines += ["", *_config_lines(d.config_read, d.vllm_version), ""]
     lines += _finding_lines(baseline.finding)
-    lines += ["", *_recommendation_lines(d.kept, d.rejected, d.improvement_pct,
-                                         nothing_to_tune=baseline.finding.metric is None)]
+    lines += ["", *_recommendation_lines(d)]
     if d.kept and final.finding.bottleneck != baseline.finding.bottleneck:
         lines.append(_wrap(f"After them: {final.finding.bottleneck} "
                            f"({WHAT_LIMITS[final.finding.bottleneck]}): {final.finding.reason}",
@@ -113,35 +124,68 @@ def _packed(items: list[str], indent: str) -> list[str]:
     return lines + [line]
 
 
-def _recommendation_lines(kept: list, rejected: list, improvement_pct: float,
-                          nothing_to_tune: bool) -> list[str]:
-    lines = [f"Recommendations (each served again on top of those before it; kept if its metric "
-             f"falls {improvement_pct:g}% or more)"]
-    if nothing_to_tune:
-        lines.append("  none: nothing limits this run, so nothing was tried")
-    elif not kept and rejected:
-        lines.append("  none: no change tried improved the run enough (below)")
-    elif not kept:
-        lines.append("  none: servesim has no change left to try for this bottleneck")
-    for number, trial in enumerate(kept, start=1):
-        lines.append(_wrap(f"{number}. {_trial_text(trial)}", first="  ", indent="     "))
-    if rejected:
+def _recommendation_lines(d: Diagnosis) -> list[str]:
+    if d.observed_meets_slo:
+        return ["Recommendations: none. The deployment as observed meets the SLO (its "
+                "goodput, or its P99s, within every target), so nothing is tuned; the "
+                "simulation's counters above say what would limit it first as the load grows."]
+    lines = [_wrap(f"Recommendations ({d.num_runs} simulations; a change is served on top of "
+                   f"those kept before it and kept if more requests meet every SLO, or, at "
+                   f"equal goodput, if the bottleneck's metric falls {d.improvement_pct:g}% or "
+                   f"more with no headline metric {WORSENING}% worse)")]
+    if not d.kept:
+        lines.append("  none: no change tried raised goodput or, at equal goodput, helped "
+                     "enough (below)" if d.rejected else "  none: servesim had no change to try")
+    for number, trial in enumerate(d.kept, start=1):
+        lines.append(_wrap(f"{number}. {_trial_text(trial, every_figure=True)}", first="  ",
+                           indent="     "))
+    if d.hardware:
+        lines += ["More GPUs, side by side (tried because the SLO was still missed):",
+                  *_hardware_table(d.hardware)]
+    if d.rejected:
         lines.append("Tried, not kept:")
-        for trial in rejected:
-            lines.append(_wrap(f"- {_trial_text(trial)}", first="  ", indent="    "))
+        for trial in d.rejected:
+            lines.append(_wrap(f"- {_trial_text(trial, every_figure=False)}", first="  ",
+                               indent="    "))
     return lines
 
 
-def _trial_text(trial) -> str:
+WORSENING = 10  # tuning.WORSENING_PCT, as the page says it
+
+
+def _trial_text(trial, every_figure: bool) -> str:
+    """The change, why it was (not) kept, and its figures before -> after: every headline
+    metric for a kept change, goodput and the bottleneck's metric for the others."""
     flags = " ".join(change.text() for change in trial.changes)
-    metric = SUMMARY_NAMES[trial.metric]
-    before = "refused at start-up" if trial.before is None else _number(trial.before)
+    gpus = (f" [{trial.num_gpus[0]} -> {trial.num_gpus[1]} GPUs]"
+            if trial.num_gpus[0] != trial.num_gpus[1] else "")
     if trial.after is None:
-        return f"{flags} (for {trial.addresses}): {metric} {before} -> refused: {trial.refusal}"
-    text = f"{flags} (for {trial.addresses}): {metric} {before} -> {_number(trial.after)}"
-    also = [f"{SUMMARY_NAMES[name]} {_number(b)} -> {_number(a)}"
-            for name, (b, a) in trial.also.items()]
-    return text + (f" (also {', '.join(also)})" if also else "")
+        return f"{flags}{gpus}: refused: {trial.refusal}"
+    shown = trial.also if every_figure else {
+        name: pair for name, pair in trial.also.items()
+        if name in ("good_requests", trial.metric)}
+    figures = [f"{SUMMARY_NAMES[name]} {_number(b)} -> {_number(a)}" for name, (b, a) in
+               shown.items()]
+    return f"{flags}{gpus}: {trial.why}" + (f" ({', '.join(figures)})" if figures else "")
+
+
+def _hardware_table(trials: list) -> list[str]:
+    rows = [("option", "GPUs", "met SLO", "goodput req/s", "per GPU", "mean TTFT ms",
+             "mean TPOT ms", "kept")]
+    for trial in trials:
+        flags = " ".join(change.text() for change in trial.changes)
+        if trial.after is None:
+            rows.append((flags, str(trial.num_gpus[1]), "refused", "", "", "", "", "no"))
+            continue
+        goodput = trial.also["request_goodput"][1]
+        rows.append((flags, str(trial.num_gpus[1]), _number(trial.also["good_requests"][1]),
+                     _number(goodput), _number(goodput / trial.num_gpus[1]),
+                     _number(trial.also["mean_ttft_ms"][1]),
+                     _number(trial.also["mean_tpot_ms"][1]), "yes" if trial.kept else "no"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
+                             for i, (cell, width) in enumerate(zip(row, widths)))
+            for row in rows]
 
 
 def _observed_lines(comparison: dict) -> list[str]:
@@ -166,9 +210,14 @@ def diagnosis_json(d: Diagnosis) -> str:
         **baseline.finding.as_json(),
         "recommendations": [trial.as_json() for trial in d.kept],
         "tried": [trial.as_json() for trial in d.rejected],
+        "more_gpus": [trial.as_json() for trial in d.hardware],
+        "num_simulations": d.num_runs,
+        "num_requests": d.num_requests,
+        "observed_meets_slo": d.observed_meets_slo,
         "after_recommendations": {"bottleneck": final.finding.bottleneck,
                                   "reason": final.finding.reason},
         "config_read": d.config_read,
+        "assumed_vllm_defaults": d.assumed,
         "compatibility": [check.as_json() for check in d.compatibility],
         "measure_next": d.measure_next,
         "simulated": baseline.summary,

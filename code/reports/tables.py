@@ -28,17 +28,35 @@ GOODPUT_COLUMN = ("request_goodput", "goodput req/s", "{:,.2f}")  # with --goodp
 
 def header_lines(config, plan, model_name, gpu_name, workload) -> list[str]:
     tp = f" x{config.tensor_parallel_size} (TP)" if config.tensor_parallel_size > 1 else ""
+    if config.data_parallel_size > 1:
+        tp = (f" x{config.tensor_parallel_size * config.data_parallel_size} (TP "
+              f"{config.tensor_parallel_size} x DP {config.data_parallel_size} attention ranks)")
+    if config.enable_expert_parallel:
+        tp += ", experts spread over every GPU (EP)"
     lines = [
         f"servesim: {model_name} on {gpu_name}{tp}, {config.forward_model} clock",
         f"KV cache: {plan.kv_cache_tokens:,} tokens ({plan.num_gpu_blocks:,} blocks of "
         f"{plan.block_size}), max_model_len {config.max_model_len}, "
         f"max_num_seqs {config.max_num_seqs}",
+        memory_line(config, plan),
         f"workload: {workload.description}",
     ]
     if config.speculative_config is not None:
         lines += textwrap.wrap(config.speculative_config.describe(), width=100,
                                subsequent_indent="  ")
     return lines
+
+
+def memory_line(config, plan) -> str:
+    """The memory split vLLM makes on each GPU (gpu_memory.py): what --gpu-memory-utilization
+    hands out goes to the weights first, then the activation reserve, and the rest to KV blocks
+    (less than one block's worth is left over)."""
+    gib = 2**30
+    kv = ("KV cache set by --num-gpu-blocks-override" if plan.overridden else "KV cache")
+    return (f"memory per GPU (GiB): {plan.usable_bytes / gib:,.1f} usable at "
+            f"--gpu-memory-utilization {config.gpu_memory_utilization:g} = "
+            f"{plan.weight_bytes / gib:,.1f} weights + {plan.activation_reserve_bytes / gib:,.1f} "
+            f"activation reserve + {plan.kv_cache_bytes / gib:,.1f} {kv}")
 
 
 def comparison_table(rows: list[tuple[str, dict]], columns=COLUMNS) -> list[str]:
@@ -53,10 +71,11 @@ def comparison_table(rows: list[tuple[str, dict]], columns=COLUMNS) -> list[str]
     return lines
 
 
-def takeaways(results: dict[str, dict], forward_model: str,
+def takeaways(results: dict[str, dict], forward_model: str, chunked_budget: int,
               slos_ms: Optional[dict] = None) -> list[str]:
     """What the learner should read off the table, computed from it (modes may be missing);
-    `slos_ms`, the goodput SLOs the results were judged by.
+    `chunked_budget`, CONTINUOUS+CHUNKED's token budget per step; `slos_ms`, the goodput SLOs
+    the results were judged by.
 
     A mode whose run took no virtual time has no throughput to compare, so it gets no line:
     a takeaway never prints an infinite ratio.
@@ -92,19 +111,7 @@ def takeaways(results: dict[str, dict], forward_model: str,
                 f"sequences on average ({_ratio(other, naive, 'output_throughput')} NAIVE's "
                 f"output tokens/s).")
     if continuous and chunked:
-        whole_ms, chunked_ms = continuous["p99_itl_ms"], chunked["p99_itl_ms"]
-        throughput_pct = 100 * _share(chunked, continuous, "output_throughput")
-        if chunked_ms < whole_ms:
-            lines.append(
-                f"- Chunked prefill cut P99 ITL from {whole_ms:,.0f} ms to {chunked_ms:,.0f} ms: a "
-                f"whole long prompt stalls every running decode for one long step, a chunk only "
-                f"for a short one. Throughput: {throughput_pct:.0f}% of CONTINUOUS's.")
-        else:
-            lines.append(
-                f"- Chunked prefill did not cut P99 ITL here ({whole_ms:,.0f} ms without, "
-                f"{chunked_ms:,.0f} ms with): decodes now share steps with prompt chunks, so when "
-                f"no prompt is long enough to stall them, their gaps grow. Throughput: "
-                f"{throughput_pct:.0f}% of CONTINUOUS's.")
+        lines.append(chunked_itl_line(continuous, chunked, chunked_budget))
         if slos_ms:
             lines.append(goodput_line(continuous, chunked, slos_ms))
     if best and static:
@@ -114,6 +121,36 @@ def takeaways(results: dict[str, dict], forward_model: str,
             f"that arrives while a static batch runs waits for it to drain; continuous batching "
             f"admits it at the next step (queue {best['mean_queue_ms']:,.0f} ms).")
     return wrapped(lines + surprise_lines(results))
+
+
+def chunked_itl_line(continuous: dict, chunked: dict, budget: int) -> str:
+    """What chunked prefill did to P99 ITL, and the cause that held, read off the counters: how
+    many prompts were sliced, the budget against the longest prompt, and how many decode tokens
+    shared a step with prompt tokens."""
+    whole_ms, chunked_ms = continuous["p99_itl_ms"], chunked["p99_itl_ms"]
+    longest, sliced = chunked["longest_prompt_len"], chunked["num_sliced_prompts"]
+    verb = "cut P99 ITL" if chunked_ms < whole_ms else "did not cut P99 ITL"
+    head = f"- Chunked prefill {verb} ({whole_ms:,.0f} ms without, {chunked_ms:,.0f} ms with): "
+    beside = (f"{chunked['decodes_beside_prompts_pct']:.0f}% of its decode tokens shared a step "
+              f"with prompt tokens, {continuous['decodes_beside_prompts_pct']:.0f}% of "
+              f"CONTINUOUS's")
+    if sliced == 0:
+        cause = (f"nothing was sliced: every prompt fit the {budget:,}-token budget where it was "
+                 f"admitted, so both modes ran whole prompts")
+    elif budget >= longest:
+        cause = (f"the {budget:,}-token budget holds the longest prompt ({longest:,} tokens) "
+                 f"whole, so chunking shortened no long step: it sliced {sliced:,} prompts only to "
+                 f"fill steps up to the budget beside others, which lengthens those steps")
+    elif chunked_ms < whole_ms:
+        cause = (f"a whole long prompt (up to {longest:,} tokens here) stalls every running decode "
+                 f"for one long step, a chunk of at most {budget:,} tokens only for a short one "
+                 f"({sliced:,} prompts sliced)")
+    else:
+        cause = (f"{sliced:,} prompts were sliced into chunks of at most {budget:,} tokens, and "
+                 f"{beside}: more steps shared with prompts cost the decodes more than the "
+                 f"shorter steps saved")
+    throughput_pct = 100 * _share(chunked, continuous, "output_throughput")
+    return head + cause + f". Throughput: {throughput_pct:.0f}% of CONTINUOUS's."
 
 
 def wrapped(lines: list[str]) -> list[str]:
@@ -155,19 +192,30 @@ def naive_beats_static_line(naive: dict, static: dict) -> str:
 
 def chunking_raised_throughput_line(continuous: dict, chunked: dict) -> str:
     """The surprise of chunking raising throughput: it computes the same tokens, so the gain must
-    come from steps it did not waste (and from work it did not do twice)."""
-    line = (f"- Chunking raised throughput although it computes the same tokens: CONTINUOUS spent "
-            f"{continuous['decode_only_waiting_pct']:.0f}% of its time in decode-only steps while "
-            f"requests waited (memory-bound, their compute idle, the next whole prompt held back "
-            f"by KV blocks or the budget), CONTINUOUS+CHUNKED "
-            f"{chunked['decode_only_waiting_pct']:.0f}%: its prompt chunks ran beside those "
-            f"decodes")
-    if continuous["num_recomputed_tokens"] != chunked["num_recomputed_tokens"]:
-        line += (f"; preemptions threw away {continuous['recomputed_pct']:.1f}% of CONTINUOUS's "
-                 f"computed tokens ({continuous['num_preemptions']:,} preemptions) and "
-                 f"{chunked['recomputed_pct']:.1f}% of CONTINUOUS+CHUNKED's "
-                 f"({chunked['num_preemptions']:,})")
-    return line + "."
+    come from steps it did not waste (and from work it did not do twice). Each cause is said only
+    where its counters show it."""
+    causes = []
+    if continuous["decode_only_waiting_pct"] > chunked["decode_only_waiting_pct"]:
+        causes.append(
+            f"CONTINUOUS spent {continuous['decode_only_waiting_pct']:.0f}% of its time in "
+            f"decode-only steps while requests waited (memory-bound, their compute idle, the next "
+            f"whole prompt held back by KV blocks or the budget), CONTINUOUS+CHUNKED "
+            f"{chunked['decode_only_waiting_pct']:.0f}%: its prompt chunks ran beside those decodes")
+    elif chunked["decodes_beside_prompts_pct"] > continuous["decodes_beside_prompts_pct"]:
+        causes.append(
+            f"{chunked['decodes_beside_prompts_pct']:.0f}% of CONTINUOUS+CHUNKED's decode tokens "
+            f"shared a step with prompt tokens, {continuous['decodes_beside_prompts_pct']:.0f}% of "
+            f"CONTINUOUS's: prompt work filled the compute that memory-bound decode steps leave idle")
+    if continuous["num_recomputed_tokens"] > chunked["num_recomputed_tokens"]:
+        causes.append(
+            f"preemptions threw away {continuous['recomputed_pct']:.1f}% of CONTINUOUS's computed "
+            f"tokens ({continuous['num_preemptions']:,} preemptions) and "
+            f"{chunked['recomputed_pct']:.1f}% of CONTINUOUS+CHUNKED's "
+            f"({chunked['num_preemptions']:,})")
+    because = "; ".join(causes) if causes else "none of the counters here says why"
+    return (f"- Chunking raised throughput although it computes the same tokens "
+            f"({chunked['output_throughput']:,.0f} vs {continuous['output_throughput']:,.0f} "
+            f"tok/s): {because}.")
 
 
 def goodput_line(continuous: dict, chunked: dict, slos_ms: dict) -> str:
@@ -256,12 +304,16 @@ def rejection_lines(recorders) -> list[str]:
 
 
 def config_json(config, plan) -> dict:
-    """The JSON "config" object: every EngineConfig field, and the KV pool's size. The
+    """The JSON "config" object: every EngineConfig field, the KV pool's size and the memory
+    split per GPU (bytes: usable, weights, activation reserve, KV cache). The
     speculative_config key appears only when a run speculates."""
     fields = asdict(config)
     if config.speculative_config is None:
         del fields["speculative_config"]
-    fields.update(num_gpu_blocks=plan.num_gpu_blocks, kv_cache_tokens=plan.kv_cache_tokens)
+    fields.update(num_gpu_blocks=plan.num_gpu_blocks, kv_cache_tokens=plan.kv_cache_tokens,
+                  usable_bytes=plan.usable_bytes, weight_bytes=plan.weight_bytes,
+                  activation_reserve_bytes=plan.activation_reserve_bytes,
+                  kv_cache_bytes=plan.kv_cache_bytes)  # the memory split, per GPU
     return fields
 
 

@@ -22,9 +22,11 @@ and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
 Files are read line by line, never loaded whole, and no line is held past MAX_LINE_CHARS
 characters: a file that is not a trace (one huge line) is refused after reading that much of it.
 A bad row raises one `WorkloadError` line naming the file, the line number and what is wrong.
+A file whose name ends in `.gz` is read through `gzip`, as the shipped traces are (shipped.py).
 """
 
 import csv
+import gzip
 import itertools
 import json
 import math
@@ -283,14 +285,20 @@ def capped_lines(path: str, file) -> Iterator[str]:
         yield text
 
 
+def opener(path: str):
+    """gzip.open for a `.gz` file (the shipped traces are compressed), else the plain open."""
+    return gzip.open if path.endswith(".gz") else open
+
+
 @contextmanager
 def open_trace(path: str, newline: Optional[str] = None):
     """Open a trace as text; an unreadable or binary file becomes one clear error line."""
     try:
-        with open(path, encoding="utf-8-sig", newline=newline) as file:
+        with opener(path)(path, "rt", encoding="utf-8-sig", newline=newline) as file:
             yield file
-    except OSError as error:
-        raise WorkloadError(f"{path}: cannot read trace ({error.strerror})") from None
+    except (OSError, EOFError) as error:  # gzip: not gzip data, or cut short
+        reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        raise WorkloadError(f"{path}: cannot read trace ({reason})") from None
     except UnicodeDecodeError:
         raise WorkloadError(f"{path}: not a text file; a trace is CSV or JSON lines "
                             "in UTF-8") from None

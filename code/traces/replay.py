@@ -27,6 +27,7 @@ from config import Range
 from request import Request
 from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS, TraceRow, detect_format,
                             trace_error, trace_rows)
+from traces.shipped import trace_path
 from workload import LENGTH, Workload, WorkloadError, check_sending, closed_loop_note
 
 
@@ -111,7 +112,8 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
                    num_prompts: Optional[int] = None, time_scale: float = 1.0,
                    max_concurrency: Optional[int] = None,
                    hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE) -> Workload:
-    """Replay a trace file: its first `num_prompts` requests (None: all), gaps x `time_scale`.
+    """Replay a trace file (or a shipped trace by its short name, shipped.py): its first
+    `num_prompts` requests (None: all), gaps x `time_scale`.
 
     Reads the file once here, to check every row the run will use and to count them, so that a
     bad line fails before any mode runs and the report can say how long the trace is.
@@ -119,6 +121,7 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
     check_sending(num_prompts, max_concurrency)
     LENGTH.check("--hash-block-size", hash_block_size, WorkloadError)
     TIME_SCALE.check("--trace-time-scale", time_scale, WorkloadError)
+    name, path = path, trace_path(path)  # the report names the trace as the learner did
     if trace_format is None:
         trace_format = detect_format(path)
     elif trace_format not in TRACE_FORMATS:
@@ -136,20 +139,20 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
     def make_requests() -> Iterator[Request]:
         return iter(TraceReplay(path, trace_format, num_prompts, time_scale, hash_block_size))
 
-    params = {"name": "trace", "trace": path, "trace_format": trace_format,
+    params = {"name": "trace", "trace": name, "trace_format": trace_format,
               "num_prompts": num_prompts, "trace_time_scale": time_scale,
               "max_concurrency": max_concurrency, "num_requests": scan.num_requests,
               "trace_span_s": scan.last_arrival_s,
               "num_failed_rows_skipped": scan.num_failed_skipped}
     if trace_format == "mooncake":
         params["hash_block_size"] = hash_block_size
-    return Workload("trace", describe_replay(scan) + closed_loop_note(max_concurrency), params,
+    return Workload("trace", describe_replay(name, scan) + closed_loop_note(max_concurrency), params,
                     make_requests, max_concurrency, known_span_s=scan.last_arrival_s)
 
 
-def describe_replay(scan: TraceReplay) -> str:
+def describe_replay(name: str, scan: TraceReplay) -> str:
     scale = "" if scan.time_scale == 1 else f" (the trace's gaps x{scan.time_scale:g})"
     failed = (f", {scan.num_failed_skipped} failed requests skipped"
               if scan.num_failed_skipped else "")
-    return (f"trace {scan.path} ({scan.trace_format}): {scan.num_requests:,} requests over "
+    return (f"trace {name} ({scan.trace_format}): {scan.num_requests:,} requests over "
             f"{scan.last_arrival_s:,.1f} s{scale}{failed}")
