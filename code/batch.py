@@ -242,3 +242,6 @@ class EngineStep:
     #                            the steps bulk_scheduler.repeat_identical_decode_steps prices
     #                            (their blocks are taken when the run is applied), which only
     #                            observers of sums see
+    replica: Optional[int] = None  # with several engines (cluster.py): which one ran the step
+    routed: Optional[dict[str, str]] = None  # ... and the requests routed to it since its last
+    #                            step: request id -> why the router chose it (router.py)

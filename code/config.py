@@ -195,7 +195,8 @@ class EngineConfig:
     tensor_parallel_size: int = 1       # GPUs the weights and KV are split across
     enable_expert_parallel: bool = False  # MoE: whole experts spread over the GPUs (moe.py)
     data_parallel_size: int = 1         # with expert parallelism: attention ranks, each with
-    #                                     its own KV and requests, experts over tp x dp GPUs
+    #                                     its own KV and requests, experts over tp x dp GPUs;
+    #                                     without: replicas of the engine (cluster.py)
     quantization: Optional[str] = None  # "fp8": quantize a 16-bit checkpoint at load; None: as
     #                                     the checkpoint ships (its quantization_config)
     dtype: str = "auto"                 # 16-bit type of unquantized weights; auto: torch_dtype
@@ -375,16 +376,11 @@ def _check_quantization(config: EngineConfig, name: Callable[[str], str]) -> Non
 
 
 def _check_expert_parallel(config: EngineConfig, name: Callable[[str], str]) -> None:
-    """Expert parallelism needs experts, and more than one GPU to spread them over."""
+    """Expert parallelism needs experts. (Without it, --data-parallel-size N is N replicas of
+    the engine behind a router: cluster.py.)"""
     if config.enable_expert_parallel and model_spec(config.model).moe is None:
         raise ConfigError(f"{name('enable_expert_parallel')}: {config.model} has no experts "
                           "(a dense model); leave the flag out")
-    if config.data_parallel_size > 1 and not config.enable_expert_parallel:
-        raise ConfigError(f"{name('data_parallel_size')} {config.data_parallel_size} without "
-                          f"{name('enable_expert_parallel')}: servesim models data-parallel "
-                          "attention ranks of an expert-parallel MoE model only (engine replicas "
-                          "of any model are not built here); add --enable-expert-parallel or "
-                          "give 1")
 
 
 def _check_long_prefill_threshold(config: EngineConfig, name: Callable[[str], str]) -> None:

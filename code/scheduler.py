@@ -81,6 +81,18 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def receive_remote_kv(self, request: Request) -> None:
+        """Prefill/decode disaggregation (disaggregation.py): a request whose prompt KV another
+        engine computed, now landed in blocks it already holds, joins RUNNING at the back. Its
+        last prompt token is computed here, which samples its first token: vLLM 0.30.0's
+        `_update_waiting_for_remote_kv` sets num_computed_tokens to num_tokens - 1 "on a full
+        prompt hit". Simplified: vLLM moves the request from WAITING_FOR_REMOTE_KVS back to
+        WAITING, to be admitted in its turn; here it runs from the next step."""
+        request.admit()
+        self.running.append(request)
+        self._admission_order[request] = self._num_admitted
+        self._num_admitted += 1
+
     def next_wakeup_s(self) -> None:
         """Continuous batching never waits on a timer: an idle engine waits for an arrival."""
         return None

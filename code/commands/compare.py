@@ -9,13 +9,14 @@
 
 import argparse
 
-from commands import draws, flags
+from commands import cluster_flags, draws, flags
 from commands.output_files import PendingFiles
 from commands.serving import Watch, require_completions, serve_modes
 from commands.workload_flags import add_workload_flags, workload_from_args
 from config import ConfigError
 from goodput import add_request_goodput
 from reports import tables
+from reports.replicas import replica_lines
 from reports.step_page import (PageBudget, page_data, parse_steps_window, render_page,
                                render_side_by_side)
 from reports.step_record import StepRecorder, refuse_async_scheduling
@@ -83,14 +84,21 @@ def run_compare(args: argparse.Namespace, context) -> str:
     outputs = flags.outputs_from_args(args)
     steps = steps_wanted(args, modes, engine)
     workload = workload_from_args(args, engine.config, engine.modes)
+    twin = cluster_flags.aggregated_twin(args, engine)  # --pd: the same GPUs, aggregated
     with PendingFiles(outputs) as files:
         watch = Watch(series=outputs.svg is not None, timeline=outputs.timeline,
                       step_log=files.step_log, steps=steps)
         runs = serve_modes(engine, workload, watch)
+        labels = [run.name for run in runs]
+        if twin is not None:  # --pd: each mode aggregated on as many GPUs, then disaggregated
+            twin_runs = serve_modes(twin, workload, watch)
+            runs = [run for pair in zip(twin_runs, runs) for run in pair]
+            labels = [f"{run.name} {engines}" for run in twin_runs
+                      for engines in cluster_flags.engine_labels(args)]
         require_completions(runs[0].recorder)
-        recorders = [(run.name, run.recorder) for run in runs]
-        results = [(run.name, add_request_goodput(run.recorder.summary(), run.recorder,
-                                                  engine.slos_ms)) for run in runs]
+        recorders = [(label, run.recorder) for label, run in zip(labels, runs)]
+        results = [(label, add_request_goodput(run.recorder.summary(), run.recorder,
+                                               engine.slos_ms)) for label, run in zip(labels, runs)]
         if outputs.svg:
             from reports import plots  # only a run that draws needs the charts
             files.add_text(outputs.svg, plots.runs_svg(engine.title_lines(workload), runs,
@@ -101,21 +109,27 @@ def run_compare(args: argparse.Namespace, context) -> str:
                 (run.name, render_page(page_data(run.steps, title)),
                  run.steps.num_steps - 1) for run in runs if run.steps]))
         if outputs.format == "json":
+            if twin is not None:  # "mode" stays the mode; "engines" says which side
+                results = [(run.name, {**metrics, "engines": label[len(run.name) + 1:]})
+                           for run, (label, metrics) in zip(runs, results)]
             return tables.to_json(engine.config, engine.plan, workload, results, recorders)
         columns = tables.COLUMNS + [tables.GOODPUT_COLUMN]
         lines = engine.title_lines(workload) + tables.describe_slos(engine.slos_ms,
                                                              flags.goodput_note(args))
         lines += [""] + tables.comparison_table(results, columns)
         lines += tables.speculation_lines(results)
+        for name, result in results:
+            if result.get("replicas"):
+                lines += [f"", f"{name}, per replica:"] + replica_lines(result)[1:]
         lines += tables.rejection_lines(recorders)
         lines += [""] + tables.takeaways(dict(results), engine.config.forward_model,
                                          engine.config.token_budget(True), engine.slos_ms)
-        if draws.wanted(args, workload, dict(results), engine.slos_ms):
+        if twin is None and draws.wanted(args, workload, dict(results), engine.slos_ms):
             lines += tables.wrapped([draws.draws_line(draws.serve_draws(args, engine,
                                                                         dict(results)))])
-        for run in runs:
+        for label, run in zip(labels, runs):
             if run.timeline:
-                lines += [""] + render_timeline(run.name, run.timeline)
+                lines += [""] + render_timeline(label, run.timeline)
         if outputs.timeline:
             lines += TIMELINE_LEGEND
             if engine.config.speculative_config is not None:

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Optional
 
-from commands import progress
+from commands import cluster_flags, progress
 from commands.memory_advice import advised_plan
 from commands.output_files import check_paths
 from commands.serving import Engine
@@ -69,8 +69,10 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
                help="MoE models: whole experts spread over the tensor x data parallel GPUs, "
                     "two all-to-alls per MoE layer instead of one all-reduce (default off)")
     group.add_argument("--data-parallel-size", type=int, default=DEFAULTS.data_parallel_size,
-                       metavar="N", help="with --enable-expert-parallel: N attention ranks, each "
-                                         "with its own KV cache and share of the batch (default 1)")
+                       metavar="N", help="N replicas of the engine behind one router (--router, "
+                                         "cluster.py); with --enable-expert-parallel: N attention "
+                                         "ranks of one engine, each with its own KV cache and "
+                                         "share of the batch (default 1)")
     group.add_argument("--gpu", default=DEFAULTS.gpu, choices=list(GPUS),
                        help=f"GPU preset (default {DEFAULTS.gpu})")
     group.add_argument("--tensor-parallel-size", type=int, default=DEFAULTS.tensor_parallel_size,
@@ -145,6 +147,7 @@ def add_engine_flags(parser: argparse.ArgumentParser, knobs: Knobs,
     group.add_argument("--linear-decode-token-ms", type=float, metavar="MS",
                        default=DEFAULTS.linear_decode_token_ms,
                        help="linear clock: per decode token (default 0.5)")
+    cluster_flags.add_cluster_flags(parser)
 
 
 class Switch(argparse.BooleanOptionalAction):
@@ -351,8 +354,10 @@ def engine_from_args(args: argparse.Namespace, context, modes: list,
     for mode in modes:
         mode.check(config, name)
     slos_ms = parse_goodput(getattr(args, "goodput", None) or list(default_goodput))
+    config = cluster_flags.replica_config(config, args)  # replicas: each one engine of its own
     plan = advised_plan(config, profiled_chunking(modes))
-    return Engine(context.simulate, config, modes, plan, make_clock(config),
+    simulate = cluster_flags.cluster_simulate(args, context.simulate, config, modes, plan)
+    return Engine(simulate, config, modes, plan, make_clock(config),
                   slos_ms, show_progress=progress.wanted(args.format))
 
 

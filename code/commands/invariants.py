@@ -83,8 +83,17 @@ class InvariantChecker:
         self.previous_end_s = 0.0
         self.steps_without_progress = 0
         self.max_steps_without_progress = 2 * config.max_model_len + 16
+        self.replica_checkers: list["InvariantChecker"] = []  # a cluster's engines, if any
+        self.receiving = ()  # a decode engine's requests holding blocks while their KV lands
 
     # -- the engine loop's side ---------------------------------------------------------------
+
+    def for_replica(self) -> "InvariantChecker":
+        """A checker of its own for one engine of a cluster (cluster.py), which `check_end`
+        checks with the others."""
+        checker = InvariantChecker(self.mode, self.config, self.needs_every_request)
+        self.replica_checkers.append(checker)
+        return checker
 
     def make_scheduler(self, config, num_gpu_blocks: int, acceptance_rng, in_bulk: bool = False):
         self.scheduler = self.mode.make_scheduler(config, num_gpu_blocks, acceptance_rng, in_bulk)
@@ -120,6 +129,12 @@ class InvariantChecker:
         for rejection in recorder.rejections():
             if not rejection.reject_reason:
                 fail(f"request {rejection.request_id} was rejected without a reason")
+        for checker in self.replica_checkers:
+            checker.check_pool_whole()
+        if not self.replica_checkers:
+            self.check_pool_whole()
+
+    def check_pool_whole(self) -> None:
         scheduler, kv_cache = self.scheduler, self.scheduler.kv_cache
         if scheduler.running or scheduler.waiting:
             fail(f"{len(scheduler.running)} running, {len(scheduler.waiting)} waiting at the end")
@@ -208,7 +223,7 @@ class InvariantChecker:
                      f"{request.num_computed_tokens} tokens computed")
 
     def _check_blocks(self, full: bool) -> None:
-        kv_cache, running = self.scheduler.kv_cache, self.scheduler.running
+        kv_cache, running = self.scheduler.kv_cache, [*self.scheduler.running, *self.receiving]
         pool, tables = kv_cache.pool, kv_cache.block_tables
         num_shared_holds = pool.num_shared_holds  # holders beyond a block's first
         num_held = sum(len(table) for table in tables.values()) - num_shared_holds

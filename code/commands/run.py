@@ -15,6 +15,7 @@ from config import ConfigError
 from metrics import serving_metrics
 from reports import tables
 from reports.block_table import render_block_table
+from reports.replicas import replica_lines
 from reports.serving_block import serving_result_block
 from reports.step_page import (PageBudget, explain_lines, page_data, parse_steps_window,
                                render_page, step_header)
@@ -126,6 +127,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         lines += [f"mode: {mode.name} ({mode.summary})", ""]
         lines += serving_result_block(metrics, outputs.percentiles, outputs.percentile_metrics,
                                       workload.params)
+        lines += replica_lines(metrics)
         lines += tables.rejection_lines([(name, recorder)])
         if mode_run.timeline:
             lines += [""] + render_timeline(name, mode_run.timeline) + TIMELINE_LEGEND

@@ -10,12 +10,18 @@ included); `num_free_blocks` is counted after the step (null for the contiguous 
 and STATIC, which has no blocks; blocks free but still holding a cached prefix count as free, as
 in vLLM); with prefix caching, `cached_tokens` names every request admitted in the step with the
 prompt tokens it found in the cache (zeros included); a step that verified drafts adds `drafts`:
-request id -> [drafts verified, drafts accepted]. The file appears only when the whole run
+request id -> [drafts verified, drafts accepted]. With several engines (`--data-parallel-size`,
+`--pd`, cluster.py) every line adds `replica` (the engine that ran the step, 0 ..) and, for the
+requests routed to it since its last step, `routed`: request id -> why the router chose it
+(router.py); `step` then counts the cluster's steps, in the order they began. With `--pd` a
+prefill engine's `finished` names the requests whose prompt it finished (each goes on to a decode
+engine, whose `routed` says so, and finishes there). The file appears only when the whole run
 succeeded: it is written beside the target and renamed at the end (output_files.py), so a failed
 run leaves nothing half-written.
 """
 
 import json
+from typing import Optional
 
 from batch import EngineStep
 
@@ -34,10 +40,16 @@ class StepLogLines:
     """Observer: one mode's steps, as lines of the step log."""
     needs_every_request = True  # it names every request scheduled in every step
 
-    def __init__(self, file, mode_name: str, prefix_caching: bool):
+    def __init__(self, file, mode_name: str, prefix_caching: bool,
+                 replica: Optional[int] = None):
         self._file = file
         self.mode_name = mode_name
         self.prefix_caching = prefix_caching
+        self.replica = replica  # one engine of several (cluster.py); None: the only one
+
+    def for_replica(self, index: int) -> "StepLogLines":
+        """The same file, for the steps of replica `index` of a cluster."""
+        return StepLogLines(self._file, self.mode_name, self.prefix_caching, index)
 
     def __call__(self, step: EngineStep) -> None:
         line = {
@@ -56,4 +68,7 @@ class StepLogLines:
         if step.result.verified:
             line["drafts"] = {request.request_id: [num_drafts, num_accepted]
                               for request, num_drafts, num_accepted in step.result.verified}
+        if self.replica is not None:
+            line["replica"] = self.replica
+            line["routed"] = step.routed or {}
         self._file.write(json.dumps(line, allow_nan=False) + "\n")

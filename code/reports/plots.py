@@ -23,6 +23,7 @@ every spike and every dip survives; every point drawn is one of the run's own.
 """
 
 import math
+from dataclasses import dataclass
 
 from reports.svg import Canvas, Line, Panel, fmt, nice_top, render_panel
 from reports.sweep_table import SweepPoint, load_text
@@ -105,6 +106,7 @@ def runs_svg(title_lines: list[str], runs: list, num_pool_blocks: float) -> str:
 
     `runs` are commands/serving.ModeRun: each mode's `name`, `recorder` and `series`.
     """
+    runs, whole_runs = [lane for run in runs for lane in lane_runs(run)], runs
     canvas = Canvas(WIDTH, 0)
     top = _header(canvas, title_lines, [CAPTION])
     column_width = (WIDTH - 2 * PADDING) / 3
@@ -128,7 +130,7 @@ def runs_svg(title_lines: list[str], runs: list, num_pool_blocks: float) -> str:
         canvas.add("</g>")
     cdf_top = top + len(runs) * row_span
     canvas.add('<g class="chart" id="ttft-cdf">')
-    render_panel(canvas, _cdf_panel(runs, cdf_top))
+    render_panel(canvas, _cdf_panel(whole_runs, cdf_top))
     canvas.add("</g>")
     canvas.height = cdf_top + CDF_HEIGHT + PADDING
     return canvas.document(title_lines[0])
@@ -147,17 +149,44 @@ def _header(canvas: Canvas, title_lines: list[str], captions: list[str]) -> floa
     return y + 12
 
 
+@dataclass(frozen=True)
+class LaneRun:
+    """One replica of a cluster's run (cluster.py), drawn as a row of its own."""
+    name: str          # the mode's, for its colour
+    recorder: object   # the cluster's: the P99 ITL line is the whole run's
+    series: object     # the replica's own StepSeries
+    replica: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}, replica {self.replica}"
+
+
+def lane_runs(run) -> list:
+    """A run's rows: the run itself, or one lane per replica of a cluster."""
+    if not run.series.lanes:
+        return [run]
+    return [LaneRun(run.name, run.recorder, lane, index)
+            for index, lane in enumerate(run.series.lanes)]
+
+
 def _largest_queue(run) -> int:
     return max(run.series.num_seqs + run.series.num_waiting, default=1)
 
 
 def _row_label(canvas: Canvas, run, top: float) -> None:
     metrics = run.recorder.summary()
-    canvas.text(PADDING, top + 17, run.name, size=14, weight="bold", color=_color(run.name))
-    canvas.text(PADDING + 14 + 10.5 * len(run.name), top + 17,
-                f"{metrics['output_throughput']:,.0f} output tok/s, mean TTFT "
-                f"{metrics['mean_ttft_ms']:,.0f} ms, P99 ITL {metrics['p99_itl_ms']:,.1f} ms",
-                size=12, color="#555555")
+    label = getattr(run, "label", run.name)
+    canvas.text(PADDING, top + 17, label, size=14, weight="bold", color=_color(run.name))
+    if isinstance(run, LaneRun):
+        replica = metrics["replicas"][run.replica]
+        figures = (f"{replica['role']}: {replica['requests']} requests, "
+                   f"{replica['output_throughput']:,.0f} output tok/s, busy "
+                   f"{replica['busy_pct']:.0f}%")
+    else:
+        figures = (f"{metrics['output_throughput']:,.0f} output tok/s, mean TTFT "
+                   f"{metrics['mean_ttft_ms']:,.0f} ms, P99 ITL {metrics['p99_itl_ms']:,.1f} ms")
+    canvas.text(PADDING + 14 + 10.5 * len(label), top + 17, figures, size=12, color="#555555")
 
 
 def _itl_panel(run, x: float, y: float, width: float, y_top: float, time_range) -> Panel:

@@ -106,6 +106,14 @@ class TimelineWindow:
         self._recent: deque[TimelineRow] = deque(maxlen=spec.num_lead_steps)
         self._num_rows_to_add = 0
         self._worst_itl_s = -1.0  # below any gap, so that the first step anchors to begin with
+        self.lanes: list[tuple[int, "TimelineWindow"]] = []  # (replica, its window), a cluster's
+
+    def for_replica(self, index: int) -> "TimelineWindow":
+        """With several engines (cluster.py): replica `index`'s own window, a lane drawn
+        under the others."""
+        lane = TimelineWindow(self.spec)
+        self.lanes.append((index, lane))
+        return lane
 
     def __call__(self, step: EngineStep) -> None:
         self.num_steps_seen += 1
@@ -137,7 +145,14 @@ class TimelineWindow:
 
 
 def render_timeline(mode_name: str, window: TimelineWindow) -> list[str]:
-    """The window as text, at most 100 characters wide (print LEGEND once below the last)."""
+    """The window as text, at most 100 characters wide (print LEGEND once below the last). A
+    cluster's is one lane per replica, one under the other (`step` counts the cluster's steps)."""
+    if window.lanes:
+        lines = []
+        for index, lane in window.lanes:
+            lines += ([""] if lines else []) + render_timeline(f"{mode_name}, replica {index}",
+                                                              lane)
+        return lines
     spec = window.spec
     if not window.rows and spec.anchor != "request":
         return [f"{mode_name}: no engine step to draw (every request was rejected)"]

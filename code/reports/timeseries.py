@@ -17,6 +17,8 @@ step in which 64 requests waited 31 ms each is one entry (t, 0.031 s, 64), as in
 
 Only runs that draw charts attach it (one sample a step is what a chart of every step needs);
 `run` without a chart keeps `OutputTokensPerSecond`, one number per second of the virtual clock.
+With several engines (cluster.py) every replica also keeps a series of its own, a lane of the
+charts (`lanes`), while the whole series still sees every step.
 """
 
 from collections import Counter
@@ -44,7 +46,14 @@ class StepSeries:
     num_output_tokens: list[int] = field(default_factory=list)
     itl_points: list[ItlPoint] = field(default_factory=list)
     is_paged: bool = True  # False for the contiguous reservations of NAIVE and STATIC
+    lanes: list["StepSeries"] = field(default_factory=list)  # one per replica of a cluster
     needs_every_request = False  # sums only: the engine may count decodes in bulk
+
+    def for_replica(self, index: int) -> "ReplicaSeries":
+        """Replica `index`'s observer: its own lane, and this whole series too."""
+        lane = StepSeries(self.mode_name, self.block_size, is_paged=self.is_paged)
+        self.lanes.append(lane)
+        return ReplicaSeries(self, lane)
 
     def __call__(self, step: EngineStep) -> None:
         end_s = step.start_s + step.step_s
@@ -58,6 +67,19 @@ class StepSeries:
             counts[itl_s] += count
         for itl_s, count in sorted(counts.items()):
             self.itl_points.append(ItlPoint(end_s, itl_s, count))
+
+
+class ReplicaSeries:
+    """One replica's steps, into its lane and into the cluster's whole series."""
+    needs_every_request = False
+
+    def __init__(self, whole: StepSeries, lane: StepSeries):
+        self.whole = whole
+        self.lane = lane
+
+    def __call__(self, step: EngineStep) -> None:
+        self.whole(step)
+        self.lane(step)
 
 
 @dataclass
