@@ -39,6 +39,7 @@ from typing import Optional
 import main
 from batch import EngineStep
 from bulk_scheduler import repeat_identical_decode_steps
+from forward_model import synchronous
 from metrics import RunRecorder
 from router import make_router
 
@@ -253,13 +254,14 @@ class Replica:
         scheduler, kv_cache = self.scheduler, self.scheduler.kv_cache
         step_s = self.clock.step_time_s(batch)
         reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
+        start_s = self.clock_s  # (as main.SyncSteps has it: not the end less the length)
         self.clock_s += step_s
         result = scheduler.update_from_output(batch, self.clock_s)
         self.recorder.on_step(step_s, batch, result, reserved, used,
-                              start_s=self.clock_s - step_s, num_waiting=len(scheduler.waiting))
+                              start_s=start_s, num_waiting=len(scheduler.waiting))
         if result.finished and self.recorder.keep_finished:
             cluster.note_finished(len(result.finished), self.clock_s)
-        step = EngineStep(self.recorder.num_steps - 1, self.clock_s - step_s, step_s, batch,
+        step = EngineStep(self.recorder.num_steps - 1, start_s, step_s, batch,
                           result, len(scheduler.running), len(scheduler.waiting),
                           scheduler.num_free_blocks, reserved, used, kv_cache.block_tables,
                           replica=self.index, routed=self.routed)
@@ -354,7 +356,10 @@ class Cluster:
 
 def simulate_cluster(spec: ClusterSpec, workload, mode, config, num_gpu_blocks, clock,
                      observers=(), progress=None) -> RunRecorder:
-    """main.simulate's contract, over `spec.data_parallel_size` replicas (or P:D pools)."""
+    """main.simulate's contract, over `spec.data_parallel_size` replicas (or P:D pools). Each
+    replica runs the synchronous scheduler (Replica.advance is its loop; async scheduling across
+    replicas is not modelled), so the CPU's work adds to each step's."""
+    config, clock = replace(config, async_scheduling=False), synchronous(clock)
     recorder = ClusterRecorder(spec, mode.caches_prefixes(config))
     replicas = []
     roles = replica_roles(spec)

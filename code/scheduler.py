@@ -89,9 +89,7 @@ class Scheduler:
         prompt hit". Simplified: vLLM moves the request from WAITING_FOR_REMOTE_KVS back to
         WAITING, to be admitted in its turn; here it runs from the next step."""
         request.admit()
-        self.running.append(request)
-        self._admission_order[request] = self._num_admitted
-        self._num_admitted += 1
+        self._start_running(request)
 
     def next_wakeup_s(self) -> None:
         """Continuous batching never waits on a timer: an idle engine waits for an arrival."""

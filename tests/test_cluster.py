@@ -34,13 +34,17 @@ def without_cluster_keys(text: str) -> str:
     return json.dumps(strip(json.loads(text)))
 
 
+# The cluster's loop is the synchronous one (each replica's scheduler is): the same engine as
+# main.simulate's with --no-async-scheduling.
 COMMANDS = [
-    ["run", "--num-prompts", "40", "--format", "json"],
+    ["run", "--num-prompts", "40", "--format", "json", "--no-async-scheduling"],
     ["run", "--num-prompts", "30", "--mode", "continuous", "--request-rate", "inf",
-     "--format", "json"],
-    ["run", "--num-prompts", "20", "--mode", "static", "--format", "json"],
-    ["compare", "--num-prompts", "20", "--format", "json"],
-    ["run", "--num-prompts", "40", "--dataset-name", "prefix_repetition", "--format", "json"],
+     "--format", "json", "--no-async-scheduling"],
+    ["run", "--num-prompts", "20", "--mode", "static", "--format", "json",
+     "--no-async-scheduling"],
+    ["compare", "--num-prompts", "20", "--format", "json", "--no-async-scheduling"],
+    ["run", "--num-prompts", "40", "--dataset-name", "prefix_repetition", "--format", "json",
+     "--no-async-scheduling"],
 ]
 
 

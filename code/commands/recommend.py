@@ -190,7 +190,7 @@ def serve_split(args, context, gpu: str, tp: int, replicas: int, slos_ms) -> Opt
             continue  # fewer clients than replicas: this one idles
         recorder = engine.serve(share, modes[0])
         completed += recorder.completed()
-        sent += len(recorder.completed()) + len(recorder.rejected)
+        sent += len(recorder.completed()) + len(recorder.rejections())
     for request in completed:
         first_arrival_s = min(first_arrival_s, request.arrival_s)
         last_token_s = max(last_token_s, request.last_token_s)

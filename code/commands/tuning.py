@@ -16,8 +16,8 @@ and applies the best change that passes; the next round serves the candidates ag
 it (moving one knob moves what the others buy). It stops when a round keeps nothing, after
 MAX_ROUNDS rounds, or at MAX_RESIMULATIONS runs. Only then, and only if the run
 still misses the SLO target (fewer than SLO_ATTAINMENT_PCT of the requests meet every SLO), are
-more GPUs tried: twice the tensor parallelism and twice the replicas (where the command line has
-replicas), each served, side by side; one is kept only if it raises goodput, the one with the
+more GPUs tried: twice the tensor parallelism and twice the replicas (cluster.py's replicas,
+round-robin), each served, side by side; one is kept only if it raises goodput, the one with the
 higher goodput per GPU. No recommendation adds GPUs while a change on the same GPUs meets the
 target.
 
@@ -341,13 +341,13 @@ def speculation_candidates(run) -> list[list[Change]]:
 
 def hardware_candidates(run) -> list[list[Change]]:
     """More GPUs, each way: twice the tensor parallelism (or the fewest GPUs with which vLLM
-    starts), and twice the replicas where the command has --data-parallel-size."""
+    starts), and twice the replicas (--data-parallel-size, a model's own copies)."""
     if run.config is None:
         return []
     options = []
     if run.config.tensor_parallel_size < MAX_TENSOR_PARALLEL:
         options.append([more_tensor_parallel(run.config, run.chunked)])
-    if hasattr(run.args, "data_parallel_size"):
+    if not run.config.enable_expert_parallel:  # (with it, DP counts attention ranks)
         replicas = 2 * run.args.data_parallel_size
         options.append([_set("--data-parallel-size", "data_parallel_size", replicas)])
     return options
