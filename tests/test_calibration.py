@@ -9,7 +9,7 @@ from commands import calibration
 from commands.cli import build_parser
 from commands.flags import config_from_args, modes_from_args
 from commands.workload_flags import workload_from_args
-from config import Knobs
+from config import ConfigError, Knobs
 from main import simulate
 from modes import MODES
 
@@ -131,3 +131,10 @@ def test_vllm_0_6_makes_a_300_client_h100_run_slower_for_cpu_reasons():
     v1 = duration()
     assert v0 > 1.05 * v1          # measurably slower
     assert v1 <= v1_sync < v0      # V1 cut the CPU work; async hides what is left
+
+
+def test_group_picks_the_groups_and_an_unknown_one_is_refused():
+    assert [g.name for g in calibration.groups_from_args("kv,published")] == ["published", "kv"]
+    assert calibration.groups_from_args(None) == calibration.GROUPS
+    with pytest.raises(ConfigError, match="unknown --group nope; choose from published"):
+        calibration.groups_from_args("nope")

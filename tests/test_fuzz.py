@@ -208,7 +208,7 @@ def test_every_number_flag_takes_garbage_cleanly(capsys, command):
     ["sweep", "--num-prompts", "8", "--request-rates", "1,2", "--format", "json"],
     ["sweep", "--trace", "{trace}", "--concurrencies", "1,4", "--mode", "chunked"],
     ["run", "--trace", "{trace}", "--step-log", "{steps}", "--mode", "continuous"],
-    ["presets"], ["lesson-check"], ["calibration", "--format", "json"],
+    ["presets"], ["lesson-check"], ["calibration", "--group", "kv", "--format", "json"],
 ], ids=lambda argv: argv[0] + ("-trace" if "--trace" in argv else ""))
 def test_same_seed_same_bytes_for_every_command(capsys, tmp_path, argv):
     trace = tmp_path / "trace.csv"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from commands.calibration_moe import MOE_ASIDE_ROWS, MOE_ASIDE_SOURCES, MOE_ROWS, MOE_SOURCES
-from config import EngineConfig
+from config import ConfigError, EngineConfig
 from engine_overhead import VERSIONS
 from forward_model import RooflineClock
 from gpu_memory import plan_memory
@@ -287,7 +287,7 @@ def _oracle_latency(batch: int, published_s: float) -> Measurement:
 
 
 KEPT_ASIDE = Group(
-    "kept aside", "vLLM on H100, H200 and MI300X (no constant was fixed on these)",
+    "kept-aside", "vLLM on H100, H200 and MI300X (no constant was fixed on these)",
     ("H8-*, H70-*, M8-*, M70-*: Azure AI benchmarking guide, Azure_Results/ND_{H100,H200,MI300X}"
      "_v5_results.md, vLLM tables (1,000 requests); ratio = servesim's GPU/H100 over the "
      "published GPU/H100",
@@ -493,12 +493,29 @@ def add_parser(subparsers, knobs) -> None:
                     "print, per row: the published figure, servesim's under the same model, GPU "
                     "and workload (units in the unit column), ratio = servesim / published and "
                     "|ln ratio|; per group the median and worst |ln ratio| against the goal.")
+    parser.add_argument("--group", default=None, metavar="NAME[,NAME...]",
+                        help="only these groups (default every one, some minutes of simulation: "
+                             f"{', '.join(group.name for group in GROUPS)})")
     parser.add_argument("--format", choices=["table", "json"], default="table")
     parser.set_defaults(command=run_calibration)
 
 
+def groups_from_args(text) -> tuple:
+    """--group's groups, in GROUPS' order; an unknown name is refused in one line."""
+    if text is None:
+        return GROUPS
+    names = [name.strip() for name in text.split(",")]
+    known = {group.name: group for group in GROUPS}
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ConfigError(f"unknown --group {','.join(unknown) or repr(text)}; choose from "
+                          f"{', '.join(known)}")
+    return tuple(group for group in GROUPS if group.name in names)
+
+
 def run_calibration(args, context) -> str:
-    results = [(group, compare_group(group, context.simulate)) for group in GROUPS]
+    results = [(group, compare_group(group, context.simulate))
+               for group in groups_from_args(args.group)]
     if args.format == "json":
         return json.dumps(to_json(results), indent=2, allow_nan=False)
     return "\n".join(report_lines(results))
