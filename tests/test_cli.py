@@ -128,7 +128,7 @@ def test_presets_names_the_source_of_every_preset():
 
 
 def test_presets_says_which_gpus_have_no_measurement_behind_their_achievable_shares():
-    from commands.presets import presets_tables
+    from commands.show_presets import presets_tables
     from presets import GPUS
     lines = presets_tables()
     start = next(i for i, line in enumerate(lines) if line.startswith("What each GPU reaches"))

@@ -7,7 +7,7 @@
     lesson-check  the lesson's numbers against physics and simulation             lesson_check.py
     diagnose      the scheduler diagnosis: which default limits a config          diagnose.py
     recommend     the fewest GPUs and flags that serve a target load in the SLO   recommend.py
-    presets       the GPU and model presets                                       presets.py
+    presets       the GPU and model presets                                       show_presets.py
     calibration   the virtual clock against published measurements                calibration.py
 
 Each command module adds its own subcommand (`add_parser`) and returns the text to print; this
@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from commands import (calibration, compare, diagnose, estimate, invariants, kv_waste,
-                      lesson_check, presets, progress, recommend, run, stopping, sweep)
+                      lesson_check, progress, recommend, run, show_presets, stopping,
+                      sweep)
 from commands.output_files import OutputError, remove_leftovers
 from config import ConfigError, Knobs
 from modes import MODES
 from workload import WorkloadError
 
-COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, recommend, presets,
+COMMANDS = (compare, run, sweep, kv_waste, lesson_check, diagnose, recommend, show_presets,
             calibration)
 
 
