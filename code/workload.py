@@ -35,7 +35,8 @@ from request import Request, TokenContent
 
 DEFAULT_NUM_PROMPTS = 80   # enough traffic to show the lesson, small enough to run instantly
 SHARED_PREFIX_SOURCE = 3   # in a TokenContent, a synthetic prefix k is source (3, k) ...
-OWN_SUFFIX_SOURCE = 4      # ... and a synthetic prompt's own suffix i is (4, i)
+OWN_SUFFIX_SOURCE = 4      # ... and a synthetic prompt's own suffix i is (4, i) ...
+RESENT_PROMPT_SOURCE = 5   # ... and the i-th prompt of a set sent again is (5, i)
 MIXED_REQUEST_RATE = 4.0   # requests per second: the rate the lesson's mixed traffic states
 MAX_NUM_PROMPTS = 10_000_000  # a run keeps ~40 bytes per request; ten million take an hour
 

@@ -262,16 +262,46 @@ def test_the_json_has_the_contract_fields():
 # -- published guidance: the symptom, and the change the guidance gives -----------------------
 
 GUIDANCE = {
-    # G1 / G15: frequent preemptions: more memory, fewer seats or a smaller budget, or TP
+    # G1: frequent preemptions: more memory, fewer seats or a smaller budget, or TP
     "G1": ([*SMALL_8B, "--max-num-seqs", "24", *MIXED],
            {"--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens",
             "--tensor-parallel-size", "--kv-cache-dtype"}),
+    # G15: the same preemptions, traced to seats the pool cannot hold: fewer seats
+    "G15": ([*SMALL_8B, "--max-num-seqs", "24", *MIXED], {"--max-num-seqs"}),
+    # G3: 4,000-token prompts through a 512-token budget on an H100: a larger budget
+    "G3": (["--model", "llama-3.1-8b", "--gpu", "h100-sxm5", *LESSON_BUDGET, "--dataset-name",
+            "random", "--random-input-len", "4000", "--random-output-len", "100",
+            "--num-prompts", "100", "--request-rate", "8"], {"--max-num-batched-tokens"}),
+    # G7: 2,000-token requests at 1 req/s fill an L4's 33,000-token pool: an FP8 KV cache
+    "G7": ([*SMALL_8B, "--dataset-name", "random", "--random-input-len", "1500",
+            "--random-output-len", "500", "--num-prompts", "60", "--request-rate", "1"],
+           {"--kv-cache-dtype"}),
+    # G11: 8B on an MI300X with 256 seats for 300 clients: seats, memory, FP8 KV, budget, or
+    # instances rather than TP
+    "G11": (["--model", "llama-3.1-8b", "--gpu", "mi300x", "--max-num-seqs", "256",
+             "--dataset-name", "random", "--random-input-len", "1000", "--random-output-len",
+             "500", "--num-prompts", "300", "--max-concurrency", "300"],
+            {"--max-num-seqs", "--gpu-memory-utilization", "--kv-cache-dtype",
+             "--max-num-batched-tokens", "--data-parallel-size"}),
+    # G12: one request at a time on an L4, wanting 50 ms a token: speculate (or FP8)
+    "G12": ([*SMALL_8B, "--dataset-name", "random", "--random-input-len", "500",
+             "--random-output-len", "200", "--num-prompts", "6", "--max-concurrency", "1",
+             "--goodput", "tpot:50"], {"--speculative-config", "--kv-cache-dtype"}),
+    # G14: a small model with 32 seats at 30 req/s: seats in the hundreds (or budget, memory)
+    "G14": (["--model", "llama-3.1-8b", "--gpu", "h100-sxm5", "--max-num-seqs", "32",
+             "--dataset-name", "random", "--random-input-len", "500", "--random-output-len",
+             "300", "--num-prompts", "200", "--request-rate", "30"],
+            {"--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization"}),
+    # G16: Qwen3-8B's 40,960-token context does not fit an L4: memory, FP8 KV or a shorter
+    # context
+    "G16": (["--model", "qwen3-8b", "--gpu", "l4", "--num-prompts", "20"],
+            {"--gpu-memory-utilization", "--kv-cache-dtype", "--max-model-len"}),
     # G2: a long prompt's whole step in the ITL tail: a smaller budget for ITL
     "G2": (MIXED, {"--max-num-batched-tokens"}),
     # G6: the pool holds less than one max_model_len sequence: lower it (or more memory)
     "G6": ([*SMALL_8B, "--max-model-len", "131072", *MIXED],
            {"--max-model-len", "--gpu-memory-utilization"}),
-    # G8 / G12: one client, a per-token SLO the weight stream alone misses: speculate (or FP8)
+    # G8: one client, a per-token SLO the weight stream alone misses: speculate (or FP8)
     "G8": (["--dataset-name", "random", "--random-input-len", "500", "--random-output-len", "200",
             "--num-prompts", "6", "--max-concurrency", "1", "--goodput", "tpot:15"],
            {"--speculative-config", "--kv-cache-dtype"}),
@@ -292,17 +322,54 @@ GUIDANCE = {
 }
 
 
+# Where the guidance says which way a knob goes: (flag, +1 up or -1 down).
+DIRECTION = {"G2": ("--max-num-batched-tokens", -1), "G3": ("--max-num-batched-tokens", +1),
+             "G14": ("--max-num-seqs", +1), "G15": ("--max-num-seqs", -1)}
+
+
 @pytest.mark.parametrize("symptom", sorted(GUIDANCE))
 def test_the_first_kept_change_is_the_guidances_or_beats_it_on_goodput(symptom):
     argv, guidance = GUIDANCE[symptom]
     found = diagnosis(*argv)
     first = found["recommendations"][0]
-    if first["flag"] in guidance:
+    flag, way = DIRECTION.get(symptom, (None, 0))
+    if first["flag"] in guidance and first["flag"] != flag:
+        return
+    if first["flag"] == flag:  # the way the guidance turns it, from the value diagnose read
+        [read] = [row["value"] for row in found["config_read"] if row["flag"] == flag]
+        assert (first["value"] - int(read)) * way > 0, (symptom, first, read)
         return
     first_goodput = first["also"]["good_requests"][1]
     rivals = [t for t in found["tried"] if t["flag"] in guidance and t["before"] == first["before"]]
     assert rivals, f"{symptom}: the guidance's change was never served"
     assert all(t["also"] and t["also"]["good_requests"][1] <= first_goodput for t in rivals)
+
+
+def test_an_fp8_kv_cache_and_a_shorter_context_say_what_they_cost_beyond_the_figures():
+    [fp8] = [r for r in diagnosis(*GUIDANCE["G7"][0])["recommendations"]
+             if r["flag"] == "--kv-cache-dtype"]
+    assert len(fp8["caveats"]) == 1 and "accuracy" in fp8["caveats"][0]
+    shorter = diagnosis(*GUIDANCE["G6"][0])["recommendations"][0]
+    assert shorter["flag"] == "--max-model-len"
+    assert f"{shorter['value']:,} tokens" in shorter["caveats"][0]
+    text = printed("diagnose", *GUIDANCE["G7"][0])
+    assert "--kv-cache-dtype fp8:" in text and "Caveat: an accuracy trade" in text
+
+
+def test_a_model_that_fits_one_gpu_is_scaled_by_replicas_rather_than_tensor_parallelism():
+    """G4 (vLLM: data parallelism "when you need to scale throughput rather than model size")
+    and G11 (AMD: N instances beat one across N GPUs): 8B at 150 req/s, past one H100."""
+    found = diagnosis("--model", "llama-3.1-8b", "--gpu", "h100-sxm5", "--dataset-name",
+                      "random", "--random-input-len", "1000", "--random-output-len", "200",
+                      "--num-prompts", "200", "--request-rate", "150")
+    options = {option["flag"]: option for option in found["more_gpus"]}
+    assert set(options) == {"--tensor-parallel-size", "--data-parallel-size"}
+    assert options["--data-parallel-size"]["kept"] and not options["--tensor-parallel-size"]["kept"]
+    assert found["recommendations"][-1]["flag"] == "--data-parallel-size"
+    replicas, tensor = (options[flag]["also"]["request_goodput"][1]
+                        for flag in ("--data-parallel-size", "--tensor-parallel-size"))
+    assert replicas >= tensor
+    assert found["kind"] != "refused" and found["more_gpus"][0]["gpus"] == [1, 2]
 
 
 def test_llama_8b_on_an_l4_at_its_full_context_is_told_to_lower_max_model_len_not_to_add_gpus():
@@ -335,6 +402,39 @@ def test_observed_figures_equal_to_the_simulation_agree(tmp_path):
     found = diagnosis(*MIXED, "--observed", saved_result(tmp_path / "same.json", MIXED))
     assert found["observed_matches"] is True
     assert all(figure["agrees"] for figure in found["comparison"])
+    assert "warm_prefix_cache" not in found  # first tokens as simulated: served cold only
+
+
+# 6,000-token prompts at 1 req/s: the first token is mostly the prompt's compute
+RESENT = ["--dataset-name", "random", "--random-input-len", "6000", "--random-output-len", "100",
+          "--num-prompts", "20", "--request-rate", "1"]
+FIGURES = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+           "mean_itl_ms", "output_throughput")
+
+
+def test_first_tokens_far_sooner_than_simulated_are_diagnosed_with_the_cache_warm_too(tmp_path):
+    cold = run_result(*as_diagnosed(RESENT))
+    sooner = {key: cold[key] * (0.1 if "ttft" in key else 1.0) for key in FIGURES}
+    (tmp_path / "sooner.json").write_text(json.dumps(sooner))
+    found = diagnosis(*RESENT, "--observed", str(tmp_path / "sooner.json"))
+    warm = found["warm_prefix_cache"]
+    assert warm["simulated"]["mean_ttft_ms"] < 0.1 * found["simulated"]["mean_ttft_ms"]
+    assert {f["metric"]: f["simulated"] for f in found["comparison"]}["mean_ttft_ms"] == (
+        cold["mean_ttft_ms"])  # the cold run is still the one `run` gives
+    # a deployment measured as the warm run: it matches that run, which is the one tuned
+    as_warm = {key: warm["simulated"][key] for key in FIGURES}
+    (tmp_path / "warm.json").write_text(json.dumps(as_warm))
+    found = diagnosis(*RESENT, "--observed", str(tmp_path / "warm.json"))
+    warm = found["warm_prefix_cache"]
+    assert warm["observed_matches"] is True and found["observed_matches"] is False
+    assert warm["tuned"] is True and warm["bottleneck"] != found["bottleneck"]
+    text = printed("diagnose", *RESENT, "--observed", str(tmp_path / "warm.json"))
+    assert "The observation matches the run with the prefix cache warm" in text
+    assert "Served again with the prefix cache warm" in text
+    # with prefix caching off nothing could have been warm: the cold run alone
+    found = diagnosis(*RESENT, "--no-enable-prefix-caching", "--observed",
+                      str(tmp_path / "warm.json"))
+    assert "warm_prefix_cache" not in found
 
 
 def test_observed_itl_three_times_the_simulation_disagrees_and_points_outside(tmp_path):
@@ -470,7 +570,8 @@ def test_a_deployment_observed_inside_its_slo_gets_no_advice(tmp_path):
     fast.write_text(json.dumps({"p99_ttft_ms": 900.0, "p99_tpot_ms": 40.0, "mean_itl_ms": 30.0}))
     found = diagnosis(*PLAIN["batching_stall"], "--observed", str(fast))
     assert found["observed_meets_slo"] is True and found["recommendations"] == []
-    assert found["num_simulations"] == 1
+    # served as given (and, its first tokens far sooner than simulated, once with the cache warm)
+    assert found["num_simulations"] == 1 + ("warm_prefix_cache" in found)
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps({"median_ttft_ms": 9000.0, "p99_tpot_ms": 40.0,
                                 "mean_itl_ms": 30.0}))

@@ -10,6 +10,8 @@
               judged on the SLO; more GPUs only if the SLO is still missed   tuning.py
     check     what vLLM refuses or accepts at start-up for these flags        vllm_facts.py
     compare   with --observed, what a real deployment measured               observed.py
+              (first tokens much sooner than simulated: served again with the
+              prefix cache warm, as a re-benchmarked server has it)          warm_cache.py
     show      one page, or --format json                                     reports/diagnosis.py
 
 Two refusals come first, from the upstream skill this command follows: a
@@ -19,6 +21,7 @@ Two refusals come first, from the upstream skill this command follows: a
 """
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,6 +37,7 @@ from commands.tuning import (IMPROVEMENT_PCT, MAX_RESIMULATIONS, MAX_ROUNDS,
                              SLO_ATTAINMENT_PCT, WORSENING_PCT, Search, search)
 from commands.vllm_facts import (FOLLOWED, compatibility, config_read, memory_refusal,
                                  serve_defaults)
+from commands.warm_cache import WarmPrefixCache, resent
 from commands.workload_flags import add_workload_flags, workload_from_args, workload_kind
 from config import ConfigError, EngineConfig
 from goodput import CHAT_SLOS_MS, add_request_goodput, is_good
@@ -51,19 +55,21 @@ class WorkloadFacts:
     """What the classes and the search's candidates need to know of the workload."""
     num_requests: int
     longest_request_tokens: int  # prompt + output of its longest request
+    mean_request_tokens: float   # prompt + output, averaged over the requests
     repeated_prefix_pct: float   # prompt tokens in full blocks an earlier prompt began with
     shares_prefixes: bool        # that share is REPEATED_PREFIX_PCT or more
 
 
 def workload_facts(workload, block_size: int) -> WorkloadFacts:
-    """The longest request, and how much of the prompts an unbounded prefix cache would find:
+    """The longest and the mean request, and how much of the prompts an unbounded prefix cache would find:
     each prompt's leading full blocks (all but the last token, as vLLM looks up) whose chained
     hash an earlier prompt's blocks had."""
     hasher = PagedKVCache(1, block_size, enable_prefix_caching=True)
-    seen, repeated, prompt_tokens, longest, num_requests = set(), 0, 0, 0, 0
+    seen, repeated, prompt_tokens, longest, num_requests, total = set(), 0, 0, 0, 0, 0
     for request in workload.make_requests():
         num_requests += 1
         longest = max(longest, request.prompt_len + request.max_tokens)
+        total += request.prompt_len + request.max_tokens
         prompt_tokens += request.prompt_len
         hashes = hasher.block_hashes(request, (request.prompt_len - 1) // block_size)
         hits = 0
@@ -72,7 +78,8 @@ def workload_facts(workload, block_size: int) -> WorkloadFacts:
         repeated += hits * block_size
         seen.update(hashes)
     share = 100 * repeated / prompt_tokens if prompt_tokens else 0.0
-    return WorkloadFacts(num_requests, longest, share, share >= REPEATED_PREFIX_PCT)
+    return WorkloadFacts(num_requests, longest, total / max(1, num_requests), share,
+                         share >= REPEATED_PREFIX_PCT)
 
 
 @dataclass
@@ -87,12 +94,14 @@ class Evaluation:
 
 
 class Evaluator:
-    """Serves configs on one workload: the baseline, then each recommendation (tuning.py)."""
+    """Serves configs on one workload: the baseline, then each recommendation (tuning.py).
+    `warm`: each run starts with the workload's prompts in the prefix cache (warm_cache.py)."""
 
-    def __init__(self, context, workload, facts: WorkloadFacts):
+    def __init__(self, context, workload, facts: WorkloadFacts, warm: bool = False):
         self.context = context
-        self.workload = workload
+        self.workload = resent(workload) if warm else workload
         self.facts = facts
+        self.warm = warm
         self.num_served = 0  # simulations run (a config that cannot start is not served)
 
     def baseline(self, args: argparse.Namespace) -> Evaluation:
@@ -128,7 +137,8 @@ class Evaluator:
             return Evaluation(args, config, chunked, refused_finding(config, str(refusal)), None,
                               str(refusal))
         self.num_served += 1
-        recorder = engine.serve(self.workload, modes[0],
+        mode = WarmPrefixCache(modes[0], self.workload) if self.warm else modes[0]
+        recorder = engine.serve(self.workload, mode,
                                 label=f"diagnose run {self.num_served}, {modes[0].name}")
         require_completions(recorder)
         summary = add_request_goodput(recorder.summary(), recorder, engine.slos_ms)
@@ -202,9 +212,12 @@ before it, in up to {MAX_ROUNDS} rounds; a change is kept if {IMPROVEMENT_PCT:g}
 meet every SLO, or, at equal goodput, if the bottleneck's metric (mean E2EL, mean TTFT, P99 ITL
 or mean TPOT) falls {IMPROVEMENT_PCT:g}% or more and no headline metric worsens more than {WORSENING_PCT:g}%.
 More GPUs (TP, replicas) only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests meet the SLO.
-With --observed, advice only where the deployment as measured misses the SLO.
-At most {MAX_RESIMULATIONS + 3} simulations in all: give it a workload of tens to hundreds of
-requests. Refused: --gpu-memory-utilization below {MIN_UTILIZATION:g}; with --observed, an H100-class
+With --observed, advice only where the deployment as measured misses the SLO; first tokens much
+sooner than simulated are served again with the prefix cache warm (the prompts a re-run of
+vllm bench serve sends again, left cached by the run before), and the run the observation
+matches better is the one tuned.
+At most {MAX_RESIMULATIONS + 3} simulations in all (one more with --observed when the prefix
+cache was warm): give it a workload of tens to hundreds of requests. Refused: --gpu-memory-utilization below {MIN_UTILIZATION:g}; with --observed, an H100-class
 GPU measured under 100 output tok/s where the simulation serves more. The skill behind it: outputs/skill-vllm-scheduler-reader.md."""
 
 
@@ -237,7 +250,12 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
                              baseline.finding.evidence.get("decode_floor_ms", 0.0))
     meets = (observed_meets_slo(observed, evaluator.slos_ms(args), SLO_ATTAINMENT_PCT)
              if observed is not None else None)
-    found = (Search([], [], baseline, []) if meets else search(baseline, evaluator, facts))
+    warm = None
+    if comparison is not None and wants_a_warm_run(comparison, baseline):
+        warm = serve_warm(args, context, workload, facts, observed, comparison)
+    tuned, tuner = (warm.baseline, warm.evaluator) if warm and warm.tuned else (baseline,
+                                                                              evaluator)
+    found = (Search([], [], tuned, []) if meets else search(tuned, tuner, facts))
     model, gpu = lookup(baseline.config)
     refused = [memory_refusal(baseline.refusal)] if baseline.refusal else []
     return Diagnosis(
@@ -245,12 +263,45 @@ def diagnose(args: argparse.Namespace, context) -> Diagnosis:
                             gpu.name, workload),
         sent=sent, assumed=assumed, num_requests=facts.num_requests, observed_meets_slo=meets,
         baseline=baseline, kept=found.kept, rejected=found.rejected,
-        final=found.final, hardware=found.hardware, num_runs=evaluator.num_served,
+        final=found.final, hardware=found.hardware,
+        num_runs=evaluator.num_served + (warm.evaluator.num_served if warm else 0),
         config_read=config_read(baseline.config, baseline.chunked, gpu),
         compatibility=refused + compatibility(baseline.config, baseline.chunked),
         measure_next=MEASURE_NEXT[baseline.finding.bottleneck],
         improvement_pct=IMPROVEMENT_PCT, vllm_version=FOLLOWED,
-        observed=observed, comparison=comparison)
+        observed=observed, comparison=comparison, warm=warm)
+
+
+@dataclass
+class WarmRun:
+    """The workload served again with its prompts already in the prefix cache, and whether the
+    observation matches it better than the cold run (then the search tunes it)."""
+    evaluator: Evaluator
+    baseline: Evaluation
+    comparison: dict      # observed.compare, against this run
+    tuned: bool
+
+
+def wants_a_warm_run(comparison: dict, baseline: Evaluation) -> bool:
+    """First tokens much sooner than simulated, on a config that caches prefixes."""
+    return (comparison["first_token_sooner"] and baseline.config is not None
+            and baseline.config.enable_prefix_caching and baseline.summary is not None)
+
+
+def serve_warm(args, context, workload, facts: WorkloadFacts, observed: dict,
+               cold: dict) -> WarmRun:
+    evaluator = Evaluator(context, workload, facts, warm=True)
+    baseline = evaluator.baseline(args)
+    comparison = compare(observed, baseline.summary,
+                         baseline.finding.evidence.get("decode_floor_ms", 0.0))
+    return WarmRun(evaluator, baseline, comparison,
+                   tuned=mean_disagreement(comparison) < mean_disagreement(cold))
+
+
+def mean_disagreement(comparison: dict) -> float:
+    """Mean |ln(observed / simulated)| over the figures compared."""
+    figures = comparison["figures"]
+    return sum(abs(math.log(f["ratio"])) for f in figures) / len(figures) if figures else 0.0
 
 
 def assume_vllm_defaults(args: argparse.Namespace) -> list[str]:

@@ -145,7 +145,7 @@ def compare(observed: dict, simulated: Optional[dict], decode_floor_ms: float) -
     """Each figure FILE holds beside the simulation's, whether they agree, and where the
     disagreements point. `simulated` None: the config could not start, nothing to compare."""
     if simulated is None:
-        return {"figures": [], "matches": False,
+        return {"figures": [], "matches": False, "first_token_sooner": False,
                 "notes": ["the simulated config could not start (see the bottleneck): there is "
                           "nothing to compare the deployment with"]}
     figures = []
@@ -155,8 +155,10 @@ def compare(observed: dict, simulated: Optional[dict], decode_floor_ms: float) -
             figures.append({"metric": key, "observed": observed[key],
                             "simulated": simulated[key], "ratio": ratio,
                             "agrees": abs(math.log(ratio)) <= AGREEMENT_BAND})
+    sooner = any(f["metric"] in FIRST_TOKEN and not f["agrees"] and f["ratio"] < 1
+                 for f in figures)
     return {"figures": figures, "matches": bool(figures) and all(f["agrees"] for f in figures),
-            "notes": _where_it_points(figures, decode_floor_ms)}
+            "notes": _where_it_points(figures, decode_floor_ms), "first_token_sooner": sooner}
 
 
 def _where_it_points(figures: list[dict], decode_floor_ms: float) -> list[str]:

@@ -21,7 +21,8 @@ round-robin), each served, side by side; one is kept only if it raises goodput, 
 higher goodput per GPU. No recommendation adds GPUs while a change on the same GPUs meets the
 target.
 
-    the knobs, both ways   --max-num-seqs x2 and /2; --max-num-batched-tokens x2 and /2;
+    the knobs, both ways   --max-num-seqs x2 and /2, and to the requests the pool holds
+                           (`seats_the_pool_holds`); --max-num-batched-tokens x2 and /2;
                            --long-prefill-token-threshold on (half the budget) or off; chunked
                            prefill off, or on with a budget whose step meets the per-token SLO
                            (`slo_budget`); --max-model-len down to the workload's longest
@@ -64,6 +65,9 @@ EAGLE3_HEADS = {"llama-3.1-8b": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
                 "llama-3.1-8b-fp8": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
                 "llama-3.3-70b": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
                 "llama-3.3-70b-fp8": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}
+FP8_KV_CAVEAT = ("an accuracy trade: each cached key and value is stored in 8 bits (E4M3 or "
+                 "E5M2, with scales; vLLM's Quantized KV Cache docs): check the model's accuracy "
+                 "on the deployment's own prompts before serving it")
 NUM_DRAFTS = 3  # k: vLLM's measured acceptance is for 3 (spec_decode.DEFAULT_ACCEPTANCE)
 
 # The headline metrics a kept change may not worsen by more than WORSENING_PCT, and which way
@@ -79,6 +83,7 @@ class Change:
     value: object   # as typed (None: leave the flag out; True/False: a --[no-] switch)
     dest: str       # the argparse destination it sets
     setting: object  # the value it sets there
+    caveat: str = ""  # what it costs beyond the figures the search compares, if anything
 
     def text(self) -> str:
         if self.value is None:
@@ -111,7 +116,8 @@ class Trial:
                 "addresses": self.addresses, "metric": self.metric, "before": self.before,
                 "after": self.after, "gpus": list(self.num_gpus), "kept": self.kept,
                 "why": self.why, "refused": self.refusal or None,
-                "also": {name: list(pair) for name, pair in self.also.items()}}
+                "also": {name: list(pair) for name, pair in self.also.items()},
+                "caveats": [change.caveat for change in self.changes if change.caveat]}
 
 
 @dataclass
@@ -171,12 +177,18 @@ def search(baseline, evaluate: Callable, workload_facts) -> Search:
         hardware = [trial for trial, _ in served]
         passed = [(trial, trial_run) for trial, trial_run in served if trial.kept]
         if passed:
-            best, current = max(passed, key=lambda pair: good_requests(pair[1])
-                                / pair[0].num_gpus[1])
+            best, current = max(passed, key=lambda pair: _per_gpu(pair[0], pair[1]))
             for trial in hardware:
                 trial.kept = trial is best
             kept.append(best)
     return Search(kept, rejected, current, hardware)
+
+
+def _per_gpu(trial: Trial, run) -> tuple:
+    """More GPUs are compared per GPU: requests meeting every SLO, then goodput (req/s), so
+    that of two options every request meets the SLO on, the one serving them sooner wins."""
+    gpus = trial.num_gpus[1]
+    return good_requests(run) / gpus, run.summary["request_goodput"] / gpus
 
 
 def _rank(run, before) -> tuple:
@@ -265,6 +277,9 @@ def candidates(run, workload_facts) -> list[list[Change]]:
     options = [[_set("--max-num-seqs", "max_num_seqs", config.max_num_seqs * 2)]]
     if config.max_num_seqs > 1:
         options.append([_set("--max-num-seqs", "max_num_seqs", config.max_num_seqs // 2)])
+    seats = seats_the_pool_holds(run, workload_facts)
+    if seats and not config.max_num_seqs // 2 <= seats <= config.max_num_seqs * 2:
+        options.append([_set("--max-num-seqs", "max_num_seqs", seats)])
     if budget * 2 <= MAX_BUDGET:
         options.append([_set("--max-num-batched-tokens", "max_num_batched_tokens", budget * 2)])
     if budget // 2 >= config.max_num_seqs:  # vLLM refuses a budget below max_num_seqs
@@ -281,19 +296,35 @@ def candidates(run, workload_facts) -> list[list[Change]]:
                         _set("--max-num-batched-tokens", "max_num_batched_tokens",
                              slo_budget(run))])
     if workload_facts.longest_request_tokens < config.max_model_len // 2:
-        options.append([_set("--max-model-len", "max_model_len",
-                             workload_facts.longest_request_tokens)])
+        shorter = workload_facts.longest_request_tokens
+        options.append([replace(_set("--max-model-len", "max_model_len", shorter), caveat=(
+            f"vLLM then refuses a request whose prompt and max_tokens pass {shorter:,} tokens "
+            "(this workload's longest): keep it above what the deployment is sent"))])
     if config.gpu_memory_utilization < BEST_UTILIZATION:
         options.append([_set("--gpu-memory-utilization", "gpu_memory_utilization",
                              BEST_UTILIZATION)])
     if config.kv_cache_dtype == "auto":
-        options.append([_set("--kv-cache-dtype", "kv_cache_dtype", "fp8")])
+        options.append([replace(_set("--kv-cache-dtype", "kv_cache_dtype", "fp8"),
+                                caveat=FP8_KV_CAVEAT)])
     if not config.enable_prefix_caching and workload_facts.shares_prefixes:
         options.append([Change("--enable-prefix-caching", True, "enable_prefix_caching", True)])
     if config.num_gpu_blocks_override is not None:
         options.append([Change("--num-gpu-blocks-override", None, "num_gpu_blocks_override",
                                None)])
     return options + speculation_candidates(run)
+
+
+def seats_the_pool_holds(run, workload_facts) -> Optional[int]:
+    """As many seats as the KV pool holds requests of the workload's mean length (prompt and
+    output), to a power of two; None if the run did not start. Seats far fewer than that leave
+    the pool idle while requests wait (vLLM runs 1,024 on an H100, and Vultr's cookbook seats
+    in the thousands for small models); far more admit requests the pool cannot hold, which
+    come back preempted (the usual root cause of preemption under load, as "vLLM Preemption:
+    Why 1 in 50 Requests Restarts From Scratch", dev.to, traces it)."""
+    if run.finding is None or "kv_cache_tokens" not in run.finding.evidence:
+        return None
+    fits = run.finding.evidence["kv_cache_tokens"] / max(1.0, workload_facts.mean_request_tokens)
+    return 2 ** max(0, int(math.log2(max(1.0, fits))))
 
 
 def slo_budget(run) -> int:

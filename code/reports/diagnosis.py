@@ -38,6 +38,7 @@ class Diagnosis:
     vllm_version: str          # the one servesim follows
     observed: Optional[dict] = None
     comparison: Optional[dict] = None  # observed.compare
+    warm: Optional[object] = None      # diagnose.WarmRun: served again, the prefix cache warm
 
 
 SUMMARY_NAMES = {"mean_e2el_ms": "mean E2EL ms", "mean_ttft_ms": "mean TTFT ms",
@@ -64,6 +65,12 @@ def diagnosis_page(d: Diagnosis) -> list[str]:
                            f"{', '.join(d.assumed)}"))
     lines += ["", *_config_lines(d.config_read, d.vllm_version), ""]
     lines += _finding_lines(baseline.finding)
+    if d.warm is not None and d.warm.tuned:
+        warm = d.warm.baseline.finding
+        lines += ["", _wrap(f"The observation matches the run with the prefix cache warm "
+                            f"better (below): there the bottleneck is {warm.bottleneck} "
+                            f"({WHAT_LIMITS[warm.bottleneck]}): {warm.reason}. The "
+                            f"recommendations tune that run.", indent="  ")]
     lines += ["", *_recommendation_lines(d)]
     if d.kept and final.finding.bottleneck != baseline.finding.bottleneck:
         lines.append(_wrap(f"After them: {final.finding.bottleneck} "
@@ -78,6 +85,8 @@ def diagnosis_page(d: Diagnosis) -> list[str]:
                      f"{d.vllm_version}")
     if d.comparison is not None:
         lines += ["", *_observed_lines(d.comparison)]
+    if d.warm is not None:
+        lines += ["", *_warm_lines(d.warm)]
     lines += ["", _wrap(f"Measure next on the deployment: {d.measure_next}", indent="  ")]
     return lines
 
@@ -165,7 +174,9 @@ def _trial_text(trial, every_figure: bool) -> str:
         if name in ("good_requests", trial.metric)}
     figures = [f"{SUMMARY_NAMES[name]} {_number(b)} -> {_number(a)}" for name, (b, a) in
                shown.items()]
-    return f"{flags}{gpus}: {trial.why}" + (f" ({', '.join(figures)})" if figures else "")
+    caveats = [change.caveat for change in trial.changes if change.caveat] if every_figure else []
+    return (f"{flags}{gpus}: {trial.why}" + (f" ({', '.join(figures)})" if figures else "")
+            + "".join(f". Caveat: {caveat}" for caveat in caveats))
 
 
 def _hardware_table(trials: list) -> list[str]:
@@ -203,6 +214,20 @@ def _observed_lines(comparison: dict) -> list[str]:
     return lines
 
 
+def _warm_lines(warm) -> list[str]:
+    """The same comparison against the run whose prefix cache was warm, and its bottleneck."""
+    finding = warm.baseline.finding
+    tuned = ("this run" if warm.tuned
+             else "the cold run above, which the observation matches better")
+    return [_wrap("Served again with the prefix cache warm (each prompt computed once before, "
+                  "as the run before a re-sent vllm bench serve leaves it), against the same "
+                  "observation"),
+            *_observed_lines(warm.comparison)[1:],
+            _wrap(f"bottleneck with the cache warm: {finding.bottleneck} "
+                  f"({WHAT_LIMITS[finding.bottleneck]}); the recommendations tune {tuned}",
+                  first="  ", indent="    ")]
+
+
 def diagnosis_json(d: Diagnosis) -> str:
     baseline, final = d.baseline, d.final
     document = {
@@ -226,6 +251,13 @@ def diagnosis_json(d: Diagnosis) -> str:
                         comparison=d.comparison["figures"],
                         observed_notes=d.comparison["notes"],
                         observed_matches=d.comparison["matches"])
+    if d.warm is not None:
+        document["warm_prefix_cache"] = {
+            "bottleneck": d.warm.baseline.finding.bottleneck,
+            "reason": d.warm.baseline.finding.reason, "tuned": d.warm.tuned,
+            "comparison": d.warm.comparison["figures"],
+            "observed_matches": d.warm.comparison["matches"],
+            "simulated": d.warm.baseline.summary}
     return json.dumps(document, indent=2)
 
 
