@@ -18,7 +18,7 @@ what they decide, with less work per step:
 The mode picks a class here when nobody needs every request of every step (a step log, a
 timeline, a block table do; a chart or the metrics do not) and speculative decoding is off (a
 speculating decode advances 1 + accepted tokens a step, drawn per request, which the group's one
-token a step for all cannot follow). tests/test_bulk_path.py checks that both paths give the same
+token a step for all cannot follow). tests/test_bulk_scheduler.py checks that both paths give the same
 results.
 """
 

@@ -1,6 +1,6 @@
 """Async scheduling's rules (async_scheduling.py), each seen in a step log beside the sync one.
 
-tests/test_async_oracle.py replays scenarios recorded from vLLM's AsyncScheduler; these small ones
+tests/test_async_scheduling_oracle.py replays scenarios recorded from vLLM's AsyncScheduler; these small ones
 name one rule each.
 """
 

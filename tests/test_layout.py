@@ -64,3 +64,35 @@ def test_import_main_loads_the_engine_alone():
                             text=True, check=True).stdout.split()
     assert "main" in loaded
     assert set(loaded) <= set(engine_modules()), set(loaded) - set(engine_modules())
+
+
+# Test files named after no one module: they test what every command or document shares.
+ACROSS_MODULES = {
+    "bad_input": "the catalogue of careless input, every command",
+    "hostile_input": "the catalogue of hostile input, every command",
+    "fuzz": "random configurations and command lines, every mode",
+    "fresh_clone": "every command the docs show, in a copy of the repository",
+    "readme": "every pasted output of every document",
+    "readme_commands": "every other command the docs show",
+    "reading_map": "README's map of the lesson's sections",
+    "layout": "this file: the folders and the imports",
+    "lesson_orderings": "the lesson's orderings, out of the whole model",
+    "papercuts": "what a new learner trips on first, across commands",
+    "prefix_caching": "prefix caching, which kv_cache.py and block_pool.py share",
+    "prefix_caching_oracle": "the same, against vLLM's recorded scheduler",
+}
+
+
+def test_each_test_file_is_named_after_the_module_it_tests():
+    """tests/test_M.py (or test_M_ASPECT.py) tests code/M.py, or code/FOLDER/M.py, whose tests
+    are test_M or, for traces/, test_trace_M; the rest are listed above, each with what it
+    covers."""
+    modules = set()
+    for path in CODE.rglob("*.py"):
+        if path.stem != "__init__":
+            modules.add("trace_" + path.stem if path.parent.name == "traces" else path.stem)
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        name = path.stem[len("test_"):]
+        named = name in ACROSS_MODULES or any(name == module or name.startswith(module + "_")
+                                              for module in modules)
+        assert named, f"{path.name} names no module of code/ (nor is it in ACROSS_MODULES)"
