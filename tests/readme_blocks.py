@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,11 +93,20 @@ def blocks(text: str) -> dict[str, str]:
     return {m["name"]: m["body"] for m in BLOCK.finditer(text)}
 
 
-def regenerate(text: str) -> str:
+def regenerate(text: str, fresh: dict[str, str]) -> str:
+    """`text` with each block's body replaced by its fresh one, by name."""
     def refresh(match):
         name = match["name"]
-        return f"<!-- {name}:start -->\n```\n{fresh_body(match['body'])}```\n<!-- {name}:end -->"
+        return f"<!-- {name}:start -->\n```\n{fresh[name]}```\n<!-- {name}:end -->"
     return BLOCK.sub(refresh, text)
+
+
+def in_parallel(run, items: dict) -> dict:
+    """run(item) for each item, by key, a thread per core: a block's commands are processes
+    of their own, each with its own /tmp/ folder, so blocks do not wait for one another."""
+    keys = list(items)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(keys, pool.map(run, [items[key] for key in keys])))
 
 
 def all_blocks() -> dict[str, str]:
@@ -106,7 +116,8 @@ def all_blocks() -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    for document in DOCUMENTS:  # every document, in one command
-        document.write_text(regenerate(document.read_text(encoding="utf-8")), encoding="utf-8")
-        print(f"rewrote {len(blocks(document.read_text(encoding='utf-8')))} blocks in "
-              f"{document.relative_to(ROOT)}")
+    fresh = in_parallel(fresh_body, all_blocks())  # every document, in one command
+    for document in DOCUMENTS:
+        text = document.read_text(encoding="utf-8")
+        document.write_text(regenerate(text, fresh), encoding="utf-8")
+        print(f"rewrote {len(blocks(text))} blocks in {document.relative_to(ROOT)}")

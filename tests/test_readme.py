@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from readme_blocks import (DOCUMENTS, README, ROOT, SKILL, all_blocks, blocks, commands_of,
-                           fresh_body, written_files)
+                           fresh_body, in_parallel, written_files)
 
 TEXT = README.read_text(encoding="utf-8")
 BLOCKS = blocks(TEXT)
@@ -42,15 +42,26 @@ def test_every_chart_a_document_shows_is_made_by_a_command_in_it(document):
     assert images <= made
 
 
-@pytest.mark.parametrize("document, name", sorted(
-    key for key in ALL_BLOCKS if key[1] not in CHECKED_ELSEWHERE))
-def test_pasted_output_and_charts_are_current_in_a_fresh_clone(document, name, tmp_path,
-                                                               fresh_clone):
+CHECKED_HERE = sorted(key for key in ALL_BLOCKS if key[1] not in CHECKED_ELSEWHERE)
+
+
+@pytest.fixture(scope="module")
+def fresh_blocks(tmp_path_factory, fresh_clone) -> dict:
+    """Every block checked here, run in the fresh clone (all at once, a thread per core), with
+    the folder its outputs/ files went to."""
+    folders = {key: tmp_path_factory.mktemp("outputs") for key in CHECKED_HERE}
+    bodies = in_parallel(lambda key: fresh_body(ALL_BLOCKS[key], folders[key], fresh_clone),
+                         {key: key for key in CHECKED_HERE})
+    return {key: (bodies[key], folders[key]) for key in CHECKED_HERE}
+
+
+@pytest.mark.parametrize("document, name", CHECKED_HERE)
+def test_pasted_output_and_charts_are_current_in_a_fresh_clone(document, name, fresh_blocks):
     body = ALL_BLOCKS[document, name]
-    assert body == fresh_body(body, tmp_path, fresh_clone), (
-        f"{document} block {name!r} is stale: run python3 tests/readme_blocks.py")
+    fresh, folder = fresh_blocks[document, name]
+    assert body == fresh, f"{document} block {name!r} is stale: run python3 tests/readme_blocks.py"
     for path in written_files(commands_of(body)):
-        assert (ROOT / path).read_bytes() == (tmp_path / path.split("/", 1)[1]).read_bytes(), (
+        assert (ROOT / path).read_bytes() == (folder / path.split("/", 1)[1]).read_bytes(), (
             f"{path} is stale: run python3 tests/readme_blocks.py and commit it")
 
 

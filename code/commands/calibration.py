@@ -22,8 +22,10 @@ each time, so the table follows the clock and the presets. `Measurement.flags()`
 
 import json
 import math
+import os
 import statistics
 import textwrap
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -322,23 +324,9 @@ class Comparison:
         return abs(math.log(self.ratio))
 
 
-def servesim_figure(measurement: Measurement, simulate,
-                    baselines: Optional[dict] = None) -> float:
-    """The figure servesim gives for a measurement's setup: a run's result, or the KV pool; for
-    a ratio row, its run's figure over the baseline's. `baselines`, speed only: baseline figures
-    already served, by setup (ratio rows of two GPUs share the H100's)."""
-    figure = _figure_of(measurement, measurement.config(), simulate)
-    if measurement.baseline is None:
-        return figure
-    baselines = {} if baselines is None else baselines
-    key = (tuple(sorted(measurement.baseline.items())), tuple(sorted(measurement.workload.items())),
-           measurement.mode, measurement.result_field)
-    if key not in baselines:
-        baselines[key] = _figure_of(measurement, EngineConfig(**measurement.baseline), simulate)
-    return figure / baselines[key]
-
-
 def _figure_of(measurement: Measurement, config: EngineConfig, simulate) -> float:
+    """The figure servesim gives for a setup: a run's result, or the KV pool. (A ratio row's
+    figure is its run's over its baseline's: compare_group.)"""
     plan = plan_memory(config)
     if measurement.result_field == "kv_cache_tokens":
         return plan.kv_cache_tokens
@@ -350,8 +338,43 @@ def _figure_of(measurement: Measurement, config: EngineConfig, simulate) -> floa
 
 
 def compare_group(group: Group, simulate) -> list[Comparison]:
-    baselines: dict = {}  # speed only: each baseline run served once for the group
-    return [Comparison(m, servesim_figure(m, simulate, baselines)) for m in group.measurements]
+    """Each row of the group beside the figure servesim gives for it: its run's, or for a ratio
+    row its run's over its baseline run's."""
+    figures = served_in_parallel(group.measurements, simulate)
+    return [Comparison(m, figures[m.id]) for m in group.measurements]
+
+
+# -- speed only: the group's runs served once each, in a process per core ------------------------
+
+def served_in_parallel(measurements, simulate) -> dict[str, float]:
+    """Every row's figure, by id. The runs are independent of each other, so they
+    are served in a process per core; a baseline two ratio rows share (the H100's run beside
+    an H200's and an MI300X's) is served once. The figures are the same as one by one."""
+    runs = {}  # (row id or baseline key) -> (measurement, config)
+    for m in measurements:
+        runs[m.id] = (m, m.config())
+        if m.baseline is not None:
+            runs.setdefault(_baseline_key(m), (m, EngineConfig(**m.baseline)))
+    keys = list(runs)
+    tasks = [(runs[key][0], runs[key][1], simulate) for key in keys]
+    workers = min(len(tasks), os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            served = dict(zip(keys, pool.map(_serve_task, tasks)))
+    else:
+        served = dict(zip(keys, map(_serve_task, tasks)))
+    return {m.id: served[m.id] / (served[_baseline_key(m)] if m.baseline is not None else 1.0)
+            for m in measurements}
+
+
+def _baseline_key(m: Measurement) -> tuple:
+    return (tuple(sorted(m.baseline.items())), tuple(sorted(m.workload.items())), m.mode,
+            m.result_field)
+
+
+def _serve_task(task) -> float:
+    measurement, config, simulate = task
+    return _figure_of(measurement, config, simulate)
 
 
 def median_abs_ln(comparisons: list[Comparison]) -> float:
