@@ -17,7 +17,8 @@ import pytest
 import main
 from commands import cli
 from commands.bottleneck import BOTTLENECKS
-from commands.tuning import MAX_RESIMULATIONS, SLO_ATTAINMENT_PCT
+from commands.tuning import MAX_RESIMULATIONS, SLO_ATTAINMENT_PCT, bigger_gpu
+from presets import GPUS
 
 MIXED = ["--num-prompts", "40"]  # the lesson's mixed traffic at 4 req/s, on 70B FP8 and one H200
 LONG_PROMPTS = ["--dataset-name", "random", "--random-input-len", "6000", "--random-output-len",
@@ -363,13 +364,25 @@ def test_a_model_that_fits_one_gpu_is_scaled_by_replicas_rather_than_tensor_para
                       "random", "--random-input-len", "1000", "--random-output-len", "200",
                       "--num-prompts", "200", "--request-rate", "150")
     options = {option["flag"]: option for option in found["more_gpus"]}
-    assert set(options) == {"--tensor-parallel-size", "--data-parallel-size"}
+    assert set(options) == {"--tensor-parallel-size", "--data-parallel-size", "--gpu"}
+    assert options["--gpu"]["value"] == "h200" and options["--gpu"]["gpus"] == [1, 1]
     assert options["--data-parallel-size"]["kept"] and not options["--tensor-parallel-size"]["kept"]
     assert found["recommendations"][-1]["flag"] == "--data-parallel-size"
     replicas, tensor = (options[flag]["also"]["request_goodput"][1]
                         for flag in ("--data-parallel-size", "--tensor-parallel-size"))
     assert replicas >= tensor
     assert found["kind"] != "refused" and found["more_gpus"][0]["gpus"] == [1, 2]
+
+
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_a_bigger_gpu_is_the_same_vendors_with_more_memory_and_nothing_less(gpu):
+    bigger = bigger_gpu(gpu)
+    if bigger is None:
+        return
+    now, then = GPUS[gpu], GPUS[bigger]
+    assert then.vendor == now.vendor and then.memory_gib >= 1.5 * now.memory_gib
+    assert then.memory_bandwidth_gbs >= now.memory_bandwidth_gbs
+    assert then.bf16_tflops >= now.bf16_tflops
 
 
 def test_llama_8b_on_an_l4_at_its_full_context_is_told_to_lower_max_model_len_not_to_add_gpus():

@@ -211,7 +211,7 @@ the --goodput SLO: every scheduler and cache knob, both ways, served on top of t
 before it, in up to {MAX_ROUNDS} rounds; a change is kept if {IMPROVEMENT_PCT:g}% more of the requests
 meet every SLO, or, at equal goodput, if the bottleneck's metric (mean E2EL, mean TTFT, P99 ITL
 or mean TPOT) falls {IMPROVEMENT_PCT:g}% or more and no headline metric worsens more than {WORSENING_PCT:g}%.
-More GPUs (TP, replicas) only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests meet the SLO.
+More GPUs (TP, replicas) or bigger ones only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests meet the SLO.
 With --observed, advice only where the deployment as measured misses the SLO; first tokens much
 sooner than simulated are served again with the prefix cache warm (the prompts a re-run of
 vllm bench serve sends again, left cached by the run before), and the run the observation

@@ -17,9 +17,9 @@ it (moving one knob moves what the others buy). It stops when a round keeps noth
 MAX_ROUNDS rounds, or at MAX_RESIMULATIONS runs. Only then, and only if the run
 still misses the SLO target (fewer than SLO_ATTAINMENT_PCT of the requests meet every SLO), are
 more GPUs tried: twice the tensor parallelism and twice the replicas (cluster.py's replicas,
-round-robin), each served, side by side; one is kept only if it raises goodput, the one with the
-higher goodput per GPU. No recommendation adds GPUs while a change on the same GPUs meets the
-target.
+round-robin), and as many GPUs one size up, each served, side by side; one is kept only if it
+raises goodput, the one with the higher goodput per GPU. No recommendation adds GPUs while a
+change on the same GPUs meets the target.
 
     the knobs, both ways   --max-num-seqs x2 and /2, and to the requests the pool holds
                            (`seats_the_pool_holds`); --max-num-batched-tokens x2 and /2;
@@ -31,7 +31,7 @@ target.
                            --num-gpu-blocks-override left out; speculation off, or its k one
                            up and one down, or EAGLE-3 on where a head is published
     then hardware          --tensor-parallel-size x2 (or the fewest GPUs with which vLLM
-                           starts); --data-parallel-size x2
+                           starts); --data-parallel-size x2; --gpu one size up (`bigger_gpu`)
 """
 
 import argparse
@@ -47,6 +47,7 @@ from config import ConfigError, EngineConfig
 from forward_model import RooflineClock
 from goodput import CHAT_SLOS_MS
 from gpu_memory import plan_memory
+from presets import GPUS
 
 IMPROVEMENT_PCT = 5.0    # goodput raised: this share more of the requests meet every SLO; at
 #                          equal goodput, the bottleneck's metric must fall this much ...
@@ -57,6 +58,8 @@ MAX_ROUNDS = 3
 MAX_RESIMULATIONS = 30   # knob runs beside the first (and at most two of hardware): a few
 #                          hundred requests stay under about 10 s
 MAX_TENSOR_PARALLEL = 8  # one node's GPUs
+BIGGER_MEMORY = 1.5      # a bigger GPU has at least this many times the memory (L4 -> L40S,
+#                          H100 -> H200, MI300X -> MI355X)
 MAX_BUDGET = 65536       # the top of the budgets published guidance tries (Vultr's cookbook)
 LARGEST_DEFAULT_BUDGET = 16384  # vLLM 0.30.0's largest default budget (GPUs of 160 GiB or more)
 # EAGLE-3 heads published for servesim's models (Hugging Face, the EAGLE authors' own); an
@@ -372,7 +375,8 @@ def speculation_candidates(run) -> list[list[Change]]:
 
 def hardware_candidates(run) -> list[list[Change]]:
     """More GPUs, each way: twice the tensor parallelism (or the fewest GPUs with which vLLM
-    starts), and twice the replicas (--data-parallel-size, a model's own copies)."""
+    starts), and twice the replicas (--data-parallel-size, a model's own copies); and as many
+    bigger GPUs (`bigger_gpu`)."""
     if run.config is None:
         return []
     options = []
@@ -381,7 +385,23 @@ def hardware_candidates(run) -> list[list[Change]]:
     if not run.config.enable_expert_parallel:  # (with it, DP counts attention ranks)
         replicas = 2 * run.args.data_parallel_size
         options.append([_set("--data-parallel-size", "data_parallel_size", replicas)])
+    bigger = bigger_gpu(run.config.gpu)
+    if bigger is not None:
+        options.append([_set("--gpu", "gpu", bigger)])
     return options
+
+
+def bigger_gpu(gpu: str) -> Optional[str]:
+    """The next GPU up from the same vendor (its software stack stays): the one with the least
+    memory among those with at least BIGGER_MEMORY times as much and no less bandwidth or BF16
+    compute. As many GPUs as now, each a bigger one."""
+    current = GPUS[gpu]
+    bigger = [(spec.memory_gib, key) for key, spec in GPUS.items()
+              if spec.vendor == current.vendor
+              and spec.memory_gib >= BIGGER_MEMORY * current.memory_gib
+              and spec.memory_bandwidth_gbs >= current.memory_bandwidth_gbs
+              and spec.bf16_tflops >= current.bf16_tflops]
+    return min(bigger)[1] if bigger else None
 
 
 def more_tensor_parallel(config: EngineConfig, chunked: bool) -> Change:

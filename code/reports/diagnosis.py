@@ -148,7 +148,7 @@ def _recommendation_lines(d: Diagnosis) -> list[str]:
         lines.append(_wrap(f"{number}. {_trial_text(trial, every_figure=True)}", first="  ",
                            indent="     "))
     if d.hardware:
-        lines += ["More GPUs, side by side (tried because the SLO was still missed):",
+        lines += ["More GPUs or bigger ones, side by side (tried: the SLO was still missed):",
                   *_hardware_table(d.hardware)]
     if d.rejected:
         lines.append("Tried, not kept:")
