@@ -50,11 +50,11 @@ def speculative_flags(config: dict) -> list[str]:
     return argv
 
 
-def servesim_argv(scenario: dict, trace: Path, log: Path, async_scheduling: bool) -> list[str]:
-    config = scenario["config"]
+def engine_flags(config: dict, max_model_len: int) -> list[str]:
+    """The recorded scheduler's config as servesim's flags, on the linear clock the recorder
+    priced its steps with."""
     per_token_ms = repr(STEP_PER_TOKEN_S * 1000)
     return [
-        "run", "--trace", str(trace), "--step-log", str(log), "--format", "json",
         "--mode", "chunked" if config["enable_chunked_prefill"] else "continuous",
         "--forward-model", "linear", "--linear-step-ms", repr(STEP_BASE_S * 1000),
         "--linear-prefill-token-ms", per_token_ms, "--linear-decode-token-ms", per_token_ms,
@@ -63,7 +63,14 @@ def servesim_argv(scenario: dict, trace: Path, log: Path, async_scheduling: bool
         "--max-num-seqs", str(config["max_num_seqs"]),
         "--max-num-batched-tokens", str(config["max_num_batched_tokens"]),
         "--long-prefill-token-threshold", str(config["long_prefill_token_threshold"]),
-        "--max-model-len", str(config["max_model_len"]),
+        "--max-model-len", str(max_model_len)]
+
+
+def servesim_argv(scenario: dict, trace: Path, log: Path, async_scheduling: bool) -> list[str]:
+    config = scenario["config"]
+    return [
+        "run", "--trace", str(trace), "--step-log", str(log), "--format", "json",
+        *engine_flags(config, config["max_model_len"]),
         "--enable-prefix-caching" if config.get("enable_prefix_caching")
         else "--no-enable-prefix-caching",
         "--async-scheduling" if async_scheduling else "--no-async-scheduling",

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import servesim_here
+from oracle_replay import SAMPLED_TOKEN_ID, engine_flags
 
 DATA = Path(__file__).parent / "data" / "prefix_oracle"
-STEP_BASE_S, STEP_PER_TOKEN_S = 2.0 ** -8, 2.0 ** -15  # the oracle's clock (powers of two: exact)
-SAMPLED_TOKEN_ID = 7  # every token the oracle's fake model samples
 
 
 def mooncake_trace(workload: list[dict], path: Path) -> None:
@@ -35,19 +34,10 @@ def servesim_steps(capsys, scenario: dict, tmp_path: Path) -> list[dict]:
     config = scenario["config"]
     trace, log = tmp_path / "trace.jsonl", tmp_path / "steps.jsonl"
     mooncake_trace(scenario["workload"], trace)
-    per_token_ms = repr(STEP_PER_TOKEN_S * 1000)
     code, _, err = servesim_here(
         capsys, "run", "--trace", str(trace), "--step-log", str(log), "--format", "json",
-        "--mode", "chunked" if config["enable_chunked_prefill"] else "continuous",
+        *engine_flags(config, scenario["max_model_len"]),
         "--hash-block-size", str(config.get("hash_block_tokens", 512)),
-        "--forward-model", "linear", "--linear-step-ms", repr(STEP_BASE_S * 1000),
-        "--linear-prefill-token-ms", per_token_ms, "--linear-decode-token-ms", per_token_ms,
-        "--block-size", str(config["block_size"]),
-        "--num-gpu-blocks-override", str(config["num_gpu_blocks"]),
-        "--max-num-seqs", str(config["max_num_seqs"]),
-        "--max-num-batched-tokens", str(config["max_num_batched_tokens"]),
-        "--long-prefill-token-threshold", str(config["long_prefill_token_threshold"]),
-        "--max-model-len", str(scenario["max_model_len"]),
         "--no-async-scheduling")  # recorded with vLLM's synchronous Scheduler
     assert code == 0, err
     return [json.loads(line) for line in log.read_text().splitlines()]
