@@ -5,7 +5,7 @@ The measurements and their sources live in code/commands/calibration.py; these t
 
 import pytest
 
-from commands import calibration
+from commands import calibration, calibration_rows
 from commands.cli import build_parser
 from commands.flags import config_from_args, modes_from_args
 from commands.workload_flags import workload_from_args
@@ -16,7 +16,7 @@ from modes import MODES
 
 @pytest.fixture(scope="module")
 def published_md():
-    return calibration.compare_group(calibration.PUBLISHED_MD, simulate)
+    return calibration.compare_group(calibration_rows.PUBLISHED_MD, simulate)
 
 
 def test_the_16_rows_of_published_md_are_all_there(published_md):
@@ -28,11 +28,11 @@ def test_the_16_rows_of_published_md_are_all_there(published_md):
 def test_published_md_median_and_worst_error_are_within_the_goal(published_md):
     assert calibration.median_abs_ln(published_md) <= 0.10
     assert calibration.worst(published_md).abs_ln_ratio <= 0.25
-    assert calibration.meets_goal(calibration.PUBLISHED_MD, published_md)
+    assert calibration.meets_goal(calibration_rows.PUBLISHED_MD, published_md)
 
 
 def test_each_vllm_row_replays_under_the_version_it_ran():
-    for measurement in calibration.PUBLISHED_MD.measurements:
+    for measurement in calibration_rows.PUBLISHED_MD.measurements:
         config = measurement.config()
         if measurement.ran_on.startswith("vLLM 0.6"):
             assert (config.vllm_version, config.async_scheduling) == ("0.6", False)
@@ -45,13 +45,13 @@ def test_rows_are_grouped_by_vendor_and_engine_generation(published_md, kept_asi
     assert "NVIDIA / vLLM V0" in families and "AMD / vLLM V0" in families
     order = [calibration.family(c.measurement) for c in calibration.ordered(kept_aside)]
     assert order == sorted(order, key=order.index)  # each family's rows side by side
-    text = "\n".join(calibration.report_lines([(calibration.KEPT_ASIDE, kept_aside)]))
+    text = "\n".join(calibration.report_lines([(calibration_rows.KEPT_ASIDE, kept_aside)]))
     assert "AMD / vLLM V0: 21 rows" in text and "0.6 sync" in text
 
 
 @pytest.fixture(scope="module")
 def kept_aside():
-    return calibration.compare_group(calibration.KEPT_ASIDE, simulate)
+    return calibration.compare_group(calibration_rows.KEPT_ASIDE, simulate)
 
 
 def test_on_rows_kept_aside_the_median_error_is_within_the_goal(kept_aside):
@@ -74,25 +74,25 @@ def test_on_rows_kept_aside_the_worst_error_is_within_the_goal(kept_aside):
 
 
 def test_tensorrt_llm_offline_throughput_is_within_35_percent():
-    comparisons = calibration.compare_group(calibration.THROUGHPUT, simulate)
+    comparisons = calibration.compare_group(calibration_rows.THROUGHPUT, simulate)
     assert len(comparisons) == 3
     for comparison in comparisons:
         assert 0.65 <= comparison.ratio <= 1.35, comparison.measurement.id
 
 
 def test_kv_capacity_is_within_10_percent_of_what_vllm_logged():
-    [kv] = calibration.compare_group(calibration.KV_CAPACITY, simulate)
+    [kv] = calibration.compare_group(calibration_rows.KV_CAPACITY, simulate)
     assert 0.90 <= kv.ratio <= 1.10
 
 
 def test_a_group_outside_its_band_is_reported_as_not_meeting_its_goal():
-    measurement = calibration.KV_CAPACITY.measurements[0]
+    measurement = calibration_rows.KV_CAPACITY.measurements[0]
     off = [calibration.Comparison(measurement, measurement.published * 1.2)]
-    assert not calibration.meets_goal(calibration.KV_CAPACITY, off)
-    assert "NOT met" in "\n".join(calibration.report_lines([(calibration.KV_CAPACITY, off)]))
+    assert not calibration.meets_goal(calibration_rows.KV_CAPACITY, off)
+    assert "NOT met" in "\n".join(calibration.report_lines([(calibration_rows.KV_CAPACITY, off)]))
 
 
-@pytest.mark.parametrize("measurement", [m for group in calibration.GROUPS
+@pytest.mark.parametrize("measurement", [m for group in calibration_rows.GROUPS
                                          for m in group.measurements if m.workload],
                          ids=lambda m: m.id)
 def test_each_rows_run_flags_build_the_same_setup(measurement):
@@ -106,9 +106,9 @@ def test_each_rows_run_flags_build_the_same_setup(measurement):
 
 
 def test_json_names_each_rows_figures_and_the_run_flags_that_reproduce_it():
-    measurement = calibration.PUBLISHED_MD.measurements[0]
+    measurement = calibration_rows.PUBLISHED_MD.measurements[0]
     comparisons = [calibration.Comparison(measurement, 2 * measurement.published)]
-    [group] = calibration.to_json([(calibration.PUBLISHED_MD, comparisons)])["groups"]
+    [group] = calibration.to_json([(calibration_rows.PUBLISHED_MD, comparisons)])["groups"]
     [row] = group["rows"]
     assert row["ratio"] == 2.0 and row["run_flags"] == measurement.flags()
     assert group["worst_abs_ln_ratio"] == pytest.approx(0.693, abs=0.001)
@@ -136,6 +136,6 @@ def test_vllm_0_6_makes_a_300_client_h100_run_slower_for_cpu_reasons():
 
 def test_group_picks_the_groups_and_an_unknown_one_is_refused():
     assert [g.name for g in calibration.groups_from_args("kv,published")] == ["published", "kv"]
-    assert calibration.groups_from_args(None) == calibration.GROUPS
+    assert calibration.groups_from_args(None) == calibration_rows.GROUPS
     with pytest.raises(ConfigError, match="unknown --group nope; choose from published"):
         calibration.groups_from_args("nope")

@@ -52,18 +52,18 @@ def test_the_defaults_and_the_knobs_pass():
 
 
 def builtin_configs() -> list:
-    from commands import benchmark, calibration, lesson_check
-    configs = [m.config() for group in calibration.GROUPS for m in group.measurements]
+    from commands import benchmark, calibration_rows, lesson_check
+    configs = [m.config() for group in calibration_rows.GROUPS for m in group.measurements]
     configs += [lesson_check.LESSON, lesson_check.H100_BEST, *lesson_check.ELSEWHERE]
     configs += [make_config() for _, _, make_config, _ in benchmark.CASES.values()]
     return configs
 
 
 def test_every_configuration_servesim_builds_itself_passes_validation():
-    from commands import calibration
+    from commands import calibration_rows
     for config in builtin_configs():
         config.validate()
-    for measurement in (m for group in calibration.GROUPS for m in group.measurements):
+    for measurement in (m for group in calibration_rows.GROUPS for m in group.measurements):
         MODES[measurement.mode].check(measurement.config())
 
 

@@ -170,12 +170,12 @@ def test_mtp_drafts_with_deepseek_v3s_own_layer_at_its_published_acceptance():
 
 
 def test_calibration_has_ten_moe_rows_with_sources_and_the_kept_aside_set_within_its_goal():
-    from commands import calibration
+    from commands import calibration, calibration_rows
     from main import simulate
-    assert len(calibration.MOE.measurements) >= 10 and calibration.MOE.sources
-    aside = calibration.compare_group(calibration.MOE_ASIDE, simulate)
+    assert len(calibration_rows.MOE.measurements) >= 10 and calibration_rows.MOE.sources
+    aside = calibration.compare_group(calibration_rows.MOE_ASIDE, simulate)
     assert len(aside) >= 10
     assert calibration.median_abs_ln(aside) <= 0.25
-    assert calibration.meets_goal(calibration.MOE_ASIDE, aside)
-    moe_ids = {m.id for m in calibration.MOE.measurements}
+    assert calibration.meets_goal(calibration_rows.MOE_ASIDE, aside)
+    moe_ids = {m.id for m in calibration_rows.MOE.measurements}
     assert moe_ids.isdisjoint(c.measurement.id for c in aside)
