@@ -3,6 +3,7 @@ parallelism and replicas; each option meets the SLO and one replica fewer does n
 get one line."""
 
 import contextlib
+import functools
 import io
 import json
 
@@ -28,10 +29,16 @@ def run_here(*argv) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def recommended(*argv) -> dict:
+@functools.lru_cache(maxsize=None)
+def printed_json(*argv) -> str:
     code, out, err = run_here("recommend", *argv, "--format", "json")
     assert code == 0, err
-    return json.loads(out)
+    return out
+
+
+def recommended(*argv) -> dict:
+    """recommend's JSON for argv (served once per argv in this file)."""
+    return json.loads(printed_json(*argv))
 
 
 def test_eight_b_past_one_h100_is_served_by_replicas_with_a_pareto_front():
@@ -48,8 +55,22 @@ def test_eight_b_past_one_h100_is_served_by_replicas_with_a_pareto_front():
         assert option["pareto"] == (not beaten)
 
 
+def test_prefill_decode_splits_are_served_on_as_many_engines_and_one_fewer():
+    found = recommended(*EIGHT_B_ON_H100S, "--target-rate", "60")
+    replicas = min((o for o in found["options"] if o["pd"] is None),
+                   key=lambda o: (o["num_gpus"], o["mean_tpot_ms"]))["replicas"]
+    splits = [o for o in found["options"] if o["pd"]] + found["disaggregated_missed"]
+    assert splits and replicas >= 2
+    for split in splits:
+        num_prefill, num_decode = map(int, split["pd"].split(":"))
+        assert num_prefill + num_decode == split["replicas"] in (replicas, replicas - 1)
+    assert all(o["slo_met_pct"] < SLO_ATTAINMENT_PCT for o in found["disaggregated_missed"])
+
+
 def test_one_replica_fewer_than_each_option_misses_the_slo():
     for option in recommended(*EIGHT_B_ON_H100S, "--target-rate", "60")["options"]:
+        if option["pd"]:
+            continue  # a split: the replicas beside it say how few engines carry the load
         if option["replicas"] > 1:
             assert option["one_fewer_slo_met_pct"] < SLO_ATTAINMENT_PCT
         else:

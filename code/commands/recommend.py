@@ -8,6 +8,9 @@ parallel size with which vLLM would start, and the fewest replicas that carry th
         replicas N = 1, 2, 4, ... until the load, split round-robin over N replicas,
         meets the SLO (tuning.SLO_ATTAINMENT_PCT of the requests meet every SLO); then the
         fewest N between the last two that does
+    where the fewest replicas N of a GPU type are two or more, prefill/decode disaggregation
+    on as many GPUs and on one engine fewer: every P:D split with P + D = N or N - 1
+    (disaggregation.py's pools, the KV moved over the default link), served whole
     print every option found, cheapest first, marking the Pareto front of GPUs and mean
     TPOT (no other option as cheap is faster), like vLLM's `bench sweep plot_pareto`
 
@@ -24,6 +27,7 @@ import copy
 import itertools
 import json
 import math
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -57,10 +61,17 @@ class Option:
     mean_tpot_ms: float
     one_fewer_slo_met_pct: Optional[float] = None  # with one replica fewer: below the target
     pareto: bool = False
+    pd: Optional[str] = None    # "P:D": prefill and decode engines (replicas = P + D) instead
 
     def flags(self, model: str) -> str:
         text = f"--model {model} --gpu {self.gpu} --tensor-parallel-size {self.tensor_parallel_size}"
+        if self.pd is not None:
+            return text + f" --pd {self.pd}"
         return text + (f", {self.replicas} replicas" if self.replicas > 1 else "")
+
+    @property
+    def engines(self) -> str:
+        return f"{self.pd.replace(':', 'P:')}D" if self.pd else str(self.replicas)
 
 
 def add_parser(subparsers, knobs) -> None:
@@ -85,14 +96,16 @@ def add_parser(subparsers, knobs) -> None:
 
 
 def run_recommend(args: argparse.Namespace, context) -> str:
-    options, model = recommend(args, context)
+    options, missed, model = recommend(args, context)
     if args.format == "json":
         return json.dumps({"model": model, "options": [asdict(o) for o in options],
-                           "recommended": asdict(options[0]) if options else None}, indent=2)
-    return "\n".join(page(args, options, model))
+                           "recommended": asdict(options[0]) if options else None,
+                           "disaggregated_missed": [asdict(o) for o in missed]}, indent=2)
+    return "\n".join(page(args, options, missed, model))
 
 
-def recommend(args: argparse.Namespace, context) -> tuple[list[Option], str]:
+def recommend(args: argparse.Namespace, context) -> tuple[list[Option], list[Option], str]:
+    """Every option that meets the SLO, cheapest first; the P:D splits that missed it."""
     gpus = check_target(args)
     slos_ms = flags.parse_goodput(args.goodput or list(flags.CHAT_GOODPUT))
     options = []
@@ -101,12 +114,15 @@ def recommend(args: argparse.Namespace, context) -> tuple[list[Option], str]:
             option = fewest_replicas(args, context, gpu, tp, slos_ms)
             if option is not None:
                 options.append(option)
+    splits = disaggregated(args, context, options, slos_ms)
+    options += [o for o in splits if o.slo_met_pct >= SLO_ATTAINMENT_PCT]
+    missed = [o for o in splits if o.slo_met_pct < SLO_ATTAINMENT_PCT]
     options.sort(key=lambda o: (o.num_gpus, o.mean_tpot_ms))
     for option in options:
         option.pareto = not any(other.num_gpus <= option.num_gpus
                                 and other.mean_tpot_ms < option.mean_tpot_ms
                                 for other in options)
-    return options, args.model
+    return options, missed, args.model
 
 
 def check_target(args: argparse.Namespace) -> list[str]:
@@ -164,11 +180,31 @@ def fewest_replicas(args, context, gpu: str, tp: int, slos_ms) -> Optional[Optio
     return option
 
 
-def serve_split(args, context, gpu: str, tp: int, replicas: int, slos_ms) -> Optional[Option]:
-    """The target load split round-robin over `replicas` engines of (gpu, tp), each served;
-    None if vLLM would not start the engine."""
+def disaggregated(args, context, options: list[Option], slos_ms) -> list[Option]:
+    """For each GPU type's cheapest option of two or more replicas: every P:D split on as
+    many engines and on one fewer, served (those vLLM would start)."""
+    cheapest = {}
+    for option in sorted(options, key=lambda o: (o.num_gpus, o.mean_tpot_ms)):
+        cheapest.setdefault(option.gpu, option)
+    found = []
+    for option in cheapest.values():
+        for engines in (option.replicas, option.replicas - 1):
+            for num_prefill in range(1, engines):
+                pd = f"{num_prefill}:{engines - num_prefill}"
+                served = serve_split(args, context, option.gpu, option.tensor_parallel_size,
+                                     engines, slos_ms, pd=pd)
+                if served is not None:
+                    found.append(served)
+    return found
+
+
+def serve_split(args, context, gpu: str, tp: int, replicas: int, slos_ms,
+                pd: Optional[str] = None) -> Optional[Option]:
+    """The target load split round-robin over `replicas` engines of (gpu, tp), each served (or,
+    with `pd` "P:D", served whole by P prefill and D decode engines); None if vLLM would not
+    start the engine."""
     changed = copy.copy(args)
-    changed.gpu, changed.tensor_parallel_size = gpu, tp
+    changed.gpu, changed.tensor_parallel_size, changed.pd = gpu, tp, pd
     assume_vllm_defaults(changed)
     if args.target_rate is not None:
         changed.request_rate = args.target_rate
@@ -183,9 +219,10 @@ def serve_split(args, context, gpu: str, tp: int, replicas: int, slos_ms) -> Opt
     except ConfigError:
         return None
     workload = workload_from_args(changed, engine.config)
+    shares = [workload] if pd else [replica_share(workload, replica, replicas)
+                                    for replica in range(replicas)]
     completed, sent, first_arrival_s, last_token_s = [], 0, math.inf, 0.0
-    for replica in range(replicas):
-        share = replica_share(workload, replica, replicas)
+    for share in shares:
         if share.max_concurrency == 0:
             continue  # fewer clients than replicas: this one idles
         recorder = engine.serve(share, modes[0])
@@ -201,7 +238,7 @@ def serve_split(args, context, gpu: str, tp: int, replicas: int, slos_ms) -> Opt
                   slo_met_pct=100 * good / sent if sent else 0.0,
                   goodput=good / duration_s, goodput_per_gpu=good / duration_s / (tp * replicas),
                   mean_ttft_ms=_mean(l["ttft"] for l in latencies),
-                  mean_tpot_ms=_mean(l["tpot"] for l in latencies))
+                  mean_tpot_ms=_mean(l["tpot"] for l in latencies), pd=pd)
 
 
 def replica_share(workload: Workload, replica: int, replicas: int) -> Workload:
@@ -222,7 +259,7 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def page(args, options: list[Option], model: str) -> list[str]:
+def page(args, options: list[Option], missed: list[Option], model: str) -> list[str]:
     target = (f"{args.target_rate:g} req/s" if args.target_rate is not None
               else f"{args.target_concurrency} clients")
     lines = [f"recommend: {model} at {target}; the SLO is met when {SLO_ATTAINMENT_PCT:g}% of the "
@@ -235,9 +272,9 @@ def page(args, options: list[Option], model: str) -> list[str]:
     best = options[0]
     lines.append(f"fewest GPUs: {best.num_gpus} ({best.flags(model)})")
     lines.append("")
-    header = ("GPU", "TP", "replicas", "GPUs", "SLO met %", "goodput req/s", "per GPU",
+    header = ("GPU", "TP", "engines", "GPUs", "SLO met %", "goodput req/s", "per GPU",
               "mean TTFT ms", "mean TPOT ms", "Pareto")
-    rows = [header] + [(o.gpu, str(o.tensor_parallel_size), str(o.replicas), str(o.num_gpus),
+    rows = [header] + [(o.gpu, str(o.tensor_parallel_size), o.engines, str(o.num_gpus),
                         f"{o.slo_met_pct:.1f}", f"{o.goodput:.2f}", f"{o.goodput_per_gpu:.2f}",
                         f"{o.mean_ttft_ms:,.0f}", f"{o.mean_tpot_ms:.1f}",
                         "*" if o.pareto else "") for o in options]
@@ -245,7 +282,13 @@ def page(args, options: list[Option], model: str) -> list[str]:
     for row in rows:
         lines.append("  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
                                for i, (cell, width) in enumerate(zip(row, widths))).rstrip())
-    lines += ["", "Pareto: no option with as few GPUs has a lower mean TPOT. Replicas are "
-              "served as a round-robin router spreads the load (each its share, sharing "
-              "nothing); SLO met %: requests meeting every SLO, of those sent."]
+    if missed:
+        lines += textwrap.wrap("prefill/decode splits that missed the SLO: " + ", ".join(
+            f"{o.gpu} TP {o.tensor_parallel_size} {o.engines} ({o.slo_met_pct:.1f}% met, mean "
+            f"TTFT {o.mean_ttft_ms:,.0f} ms)" for o in missed), width=100)
+    lines += ["", *textwrap.wrap(
+        "Pareto: no option with as few GPUs has a lower mean TPOT. engines: replicas, served as "
+        "a round-robin router spreads the load (each its share, sharing nothing), or P prefill "
+        "and D decode engines (PP:DD, --pd P:D: the KV moved between them); SLO met %: requests "
+        "meeting every SLO, of those sent.", width=100)]
     return lines
