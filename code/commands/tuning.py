@@ -176,7 +176,7 @@ def search(baseline, evaluate: Callable, workload_facts) -> Search:
         for trial, trial_run in served:  # more GPUs must raise goodput, not merely speed it up
             if trial.kept and trial.before is not None and (
                     good_requests(trial_run) - good_requests(current) < raised_by(current)):
-                trial.kept, trial.why = False, "more GPUs, and goodput not raised"
+                trial.kept, trial.why = False, "more or bigger GPUs, and goodput not raised"
         hardware = [trial for trial, _ in served]
         passed = [(trial, trial_run) for trial, trial_run in served if trial.kept]
         if passed:
