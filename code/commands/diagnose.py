@@ -61,9 +61,9 @@ class WorkloadFacts:
 
 
 def workload_facts(workload, block_size: int) -> WorkloadFacts:
-    """The longest and the mean request, and how much of the prompts an unbounded prefix cache would find:
-    each prompt's leading full blocks (all but the last token, as vLLM looks up) whose chained
-    hash an earlier prompt's blocks had."""
+    """The longest and the mean request, and how much of the prompts an unbounded prefix cache
+    would find: each prompt's leading full blocks (all but the last token, as vLLM looks up)
+    whose chained hash an earlier prompt's blocks had."""
     hasher = PagedKVCache(1, block_size, enable_prefix_caching=True)
     seen, repeated, prompt_tokens, longest, num_requests, total = set(), 0, 0, 0, 0, 0
     for request in workload.make_requests():
@@ -211,14 +211,17 @@ the --goodput SLO: every scheduler and cache knob, both ways, served on top of t
 before it, in up to {MAX_ROUNDS} rounds; a change is kept if {IMPROVEMENT_PCT:g}% more of the requests
 meet every SLO, or, at equal goodput, if the bottleneck's metric (mean E2EL, mean TTFT, P99 ITL
 or mean TPOT) falls {IMPROVEMENT_PCT:g}% or more and no headline metric worsens more than {WORSENING_PCT:g}%.
-More GPUs (TP, replicas) or bigger ones only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests meet the SLO.
+More GPUs (TP, replicas) or bigger ones only while fewer than {SLO_ATTAINMENT_PCT:g}% of the requests
+meet the SLO.
 With --observed, advice only where the deployment as measured misses the SLO; first tokens much
 sooner than simulated are served again with the prefix cache warm (the prompts a re-run of
 vllm bench serve sends again, left cached by the run before), and the run the observation
 matches better is the one tuned.
 At most {MAX_RESIMULATIONS + 3} simulations in all (one more with --observed when the prefix
-cache was warm): give it a workload of tens to hundreds of requests. Refused: --gpu-memory-utilization below {MIN_UTILIZATION:g}; with --observed, an H100-class
-GPU measured under 100 output tok/s where the simulation serves more. The skill behind it: outputs/skill-vllm-scheduler-reader.md."""
+cache was warm): give it a workload of tens to hundreds of requests. Refused:
+--gpu-memory-utilization below {MIN_UTILIZATION:g}; with --observed, an H100-class GPU measured under
+100 output tok/s where the simulation serves more. The skill behind it:
+outputs/skill-vllm-scheduler-reader.md."""
 
 
 def run_diagnose(args: argparse.Namespace, context) -> str:
