@@ -14,7 +14,7 @@ import random
 from async_scheduling import AsyncScheduler
 from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
-from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
+from bulk_scheduler import AsyncBulkScheduler, BulkScheduler, BulkStaticBatchScheduler
 from scheduler import Scheduler
 from spec_decode import NO_SPECULATION
 from static_batching import StaticBatchScheduler
@@ -100,7 +100,7 @@ class ContinuousMode:
         if scheduler_class is None:
             in_bulk = in_bulk and not speculation.num_speculative_tokens
             if self.uses_async_scheduling(config):
-                scheduler_class = AsyncScheduler
+                scheduler_class = AsyncBulkScheduler if in_bulk else AsyncScheduler
             else:
                 scheduler_class = BulkScheduler if in_bulk else Scheduler
         return scheduler_class(kv_cache,

@@ -108,16 +108,16 @@ def test_a_chart_sees_the_same_steps_whether_decodes_run_in_bulk_or_one_by_one()
 def test_the_mode_picks_the_bulk_room_only_when_nobody_reads_every_request():
     """bulk_scheduler.py's classes serve when no observer reads every request and decodes do
     not speculate; otherwise the plain rules (scheduler.py, static_batching.py) serve alone."""
-    from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
+    from bulk_scheduler import AsyncBulkScheduler, BulkScheduler, BulkStaticBatchScheduler
     from scheduler import Scheduler
     from spec_decode import SpeculativeConfig
     from static_batching import StaticBatchScheduler
     from async_scheduling import AsyncScheduler
     config = EngineConfig(max_model_len=256, async_scheduling=False)
     rng = random.Random(0)
-    # async scheduling serves every request one by one, bulk or not (async_scheduling.py)
-    assert type(MODES["chunked"].make_scheduler(replace(config, async_scheduling=True), 64, rng,
-                                                True)) is AsyncScheduler
+    async_config = replace(config, async_scheduling=True)
+    assert type(MODES["chunked"].make_scheduler(async_config, 64, rng, True)) is AsyncBulkScheduler
+    assert type(MODES["chunked"].make_scheduler(async_config, 64, rng, False)) is AsyncScheduler
     assert type(MODES["chunked"].make_scheduler(config, 64, rng, True)) is BulkScheduler
     assert type(MODES["chunked"].make_scheduler(config, 64, rng, False)) is Scheduler
     assert type(MODES["static"].make_scheduler(config, 64, rng, True)) is BulkStaticBatchScheduler
