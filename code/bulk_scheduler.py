@@ -11,15 +11,28 @@ what they decide, with less work per step:
                               scheduler preempts as the rules do). Otherwise the step hands them
                               back and follows the rules one request at a time.
     BulkStaticBatchScheduler  STATIC's batch, its decodes counted instead of named
+    AsyncBulkScheduler        vLLM's async scheduler (async_scheduling.py), every step by its
+                              rules, one request at a time, but able to tell when the coming
+                              steps are the same decode-only batch: every running request a
+                              decode with its one token in flight, nobody admissible
     repeat_identical_decode_steps
                               after a step, the coming steps the scheduler is sure are the same
                               decode-only batch, priced and recorded without asking it again
+    repeat_identical_queued_steps
+                              the same under async scheduling, each step timed as the engine's
+                              batch queue times it (a batch starts when the one before ends,
+                              whose output is read then); the decodes' counters, blocks and
+                              placeholders are brought up to date once per run
+    repeat_identical_steps    main.simulate's call after every pass: one of the two above
 
 The mode picks a class here when nobody needs every request of every step (a step log, a
 timeline, a block table do; a chart or the metrics do not) and speculative decoding is off (a
 speculating decode advances 1 + accepted tokens a step, drawn per request, which the group's one
-token a step for all cannot follow). tests/test_bulk_scheduler.py checks that both paths give the same
-results.
+token a step for all cannot follow). Under async scheduling only the runs of identical steps go
+in bulk: a step with a prompt, a finish or a preemption in it is the rules' own, request by
+request, and so is every step while a decode's outputs are known in advance with prefix caching
+on (the blocks they fill are registered when their tokens arrive). tests/test_bulk_scheduler.py
+checks that both paths give the same results.
 """
 
 import itertools

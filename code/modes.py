@@ -89,9 +89,9 @@ class ContinuousMode:
                        acceptance_rng: random.Random, in_bulk: bool = False,
                        scheduler_class=None) -> Scheduler:
         """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate).
-        `in_bulk`: the running decodes may be counted as a group (bulk_scheduler.py), unless
-        decodes speculate (each advances by its own accepted drafts) or steps are scheduled
-        ahead (async_scheduling.py serves every request one by one). `scheduler_class` may be
+        `in_bulk`: the running decodes may be counted as a group (bulk_scheduler.py; with
+        async scheduling, only in runs of identical decode-only steps), unless decodes
+        speculate (each advances by its own accepted drafts). `scheduler_class` may be
         a subclass of the synchronous Scheduler that watches its rules (reports/explain.py)."""
         speculative = config.speculative_config
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
