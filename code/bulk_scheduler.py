@@ -235,7 +235,8 @@ class AsyncBulkScheduler(AsyncScheduler):
         then this is None, and the rules register the block when its token arrives."""
         running = self.running
         num_decodes = len(running)
-        if not (num_decodes and len(self._sampling) == 1 and len(self._sampling[0]) == num_decodes):
+        sampling = self._sampling  # who each batch in flight samples
+        if not (num_decodes and len(sampling) == 1 and len(sampling[0]) == num_decodes):
             return None  # somebody runs that the batch in flight does not sample
         token_budget = self.max_num_batched_tokens - num_decodes
         if token_budget < 0:
@@ -265,12 +266,14 @@ class AsyncBulkScheduler(AsyncScheduler):
         checks_known_outputs = self.kv_cache.enable_prefix_caching
         crossing: list[list[str]] = [[] for _ in range(block_size)]
         last_token_s = self.running[0].last_token_s
+        if last_token_s is None:
+            return 0  # its first token is in flight: no gap to repeat
         num_steps = max_model_len
         for request in self.running:
             computed = request.num_computed_tokens
             if (request.num_output_placeholders != 1 or computed != request.num_tokens
-                    or request.last_token_s != last_token_s or last_token_s is None):
-                return 0  # not a decode in step with the others (a first token in flight)
+                    or request.last_token_s != last_token_s):
+                return 0  # not a decode in step with the others
             if checks_known_outputs and request.has_known_outputs:
                 return 0
             left = min(request.max_tokens - request.num_output_tokens,
@@ -450,7 +453,9 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
         context += run.num_seqs
         last_token_s = clock_s
     if reads_s:
-        queue.in_flight = (batch, previous_end_s)  # the same batch again: its sampling stands
+        # The run's last batch samples the same requests as the batch in flight before it did:
+        # that batch (and the scheduler's sampling list of it) stands for it, ending later.
+        queue.in_flight = (batch, previous_end_s)
         scheduler.apply_decode_run(run, reads_s)
     return clock_s
 
