@@ -171,7 +171,7 @@ class DecodeRun:
     it is sure that its coming steps each give the same running requests one token, admitting,
     finishing and preempting nobody; only the context grows, by `num_seqs` a step. Those steps
     are then priced and recorded without asking the scheduler again, and it is handed their end
-    times (`apply_decode_run`).
+    times (`apply_decode_run`; under async scheduling, the times their outputs were read).
     """
     new_slots_reserved: Iterator[int]  # per coming step: KV slots it reserves (new blocks x
     #                                    block_size); the iterator ends where the run must

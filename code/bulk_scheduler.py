@@ -11,20 +11,34 @@ what they decide, with less work per step:
                               scheduler preempts as the rules do). Otherwise the step hands them
                               back and follows the rules one request at a time.
     BulkStaticBatchScheduler  STATIC's batch, its decodes counted instead of named
+    AsyncBulkScheduler        vLLM's async scheduler (async_scheduling.py), every step by its
+                              rules, one request at a time, but able to tell when the coming
+                              steps are the same decode-only batch: every running request a
+                              decode with its one token in flight, nobody admissible
     repeat_identical_decode_steps
                               after a step, the coming steps the scheduler is sure are the same
                               decode-only batch, priced and recorded without asking it again
+    repeat_identical_queued_steps
+                              the same under async scheduling, each step timed as the engine's
+                              batch queue times it (a batch starts when the one before ends,
+                              whose output is read then); the decodes' counters, blocks and
+                              placeholders are brought up to date once per run
+    repeat_identical_steps    main.simulate's call after every pass: one of the two above
 
 The mode picks a class here when nobody needs every request of every step (a step log, a
 timeline, a block table do; a chart or the metrics do not) and speculative decoding is off (a
 speculating decode advances 1 + accepted tokens a step, drawn per request, which the group's one
-token a step for all cannot follow). tests/test_bulk_scheduler.py checks that both paths give the same
-results.
+token a step for all cannot follow). Under async scheduling only the runs of identical steps go
+in bulk: a step with a prompt, a finish or a preemption in it is the rules' own, request by
+request, and so is every step while a decode's outputs are known in advance with prefix caching
+on (the blocks they fill are registered when their tokens arrive). tests/test_bulk_scheduler.py
+checks that both paths give the same results.
 """
 
 import itertools
 from typing import Iterator, Optional
 
+from async_scheduling import AsyncScheduler
 from batch import (AdmissionLimit, DecodeRun, EngineStep, SchedulerOutput, StepResult)
 from request import Request
 from running_decodes import RunningDecodes
@@ -159,7 +173,7 @@ class BulkScheduler(Scheduler):
             return None
         limit = None
         if self.waiting:
-            limit = self._waiting_limit(token_budget)
+            limit = waiting_limit(self, token_budget)
             if limit is None:
                 return None  # the head could be admitted
         if decodes.finishes_at(decodes.step + 1):
@@ -169,24 +183,6 @@ class BulkScheduler(Scheduler):
         return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
                          decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit)
-
-    def _waiting_limit(self, token_budget: int) -> Optional[AdmissionLimit]:
-        """What keeps the head of WAITING out now, through the coming decode-only steps too; None
-        if it could be admitted now, or if its reason might change while decodes run.
-
-        The budget and the batch stay as they are, and the free blocks only shrink, so the head
-        stays out, for the same reason, with one exception: without chunked prefill, a head that
-        waits for blocks while it finds some cached may lose those to the decodes' new blocks,
-        and then wait for the budget instead. Such a step takes the rules."""
-        limit = self._batch_limit(token_budget)
-        if limit is not None:
-            return limit
-        head = self.waiting[0]
-        cached_blocks = self.kv_cache.find_cached_prefix(head)
-        limit = self._head_limit(head, token_budget, cached_blocks)
-        if limit is AdmissionLimit.KV_BLOCKS and cached_blocks and not self.enable_chunked_prefill:
-            return None
-        return limit
 
     def _decode_run_slots(self) -> Iterator[int]:
         """Slots each coming decode-only step reserves, until one would finish somebody or the
@@ -212,6 +208,133 @@ class BulkScheduler(Scheduler):
                 self._register_completed_blocks(self.decodes.step)
             self.kv_cache.add_decode_tokens(run.num_seqs)
             self.decodes.advance(end_s)
+
+
+class AsyncBulkScheduler(AsyncScheduler):
+    """vLLM's async scheduler (async_scheduling.py), every step by its rules, one request at a
+    time, except runs of identical decode-only steps, which the engine fast-forwards
+    (`repeat_identical_queued_steps`): it only asks here whether the coming steps are such a run
+    and hands back the times their outputs were read."""
+
+    def __init__(self, kv_cache, **rules):
+        super().__init__(kv_cache, **rules)
+        assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
+        # Of the run offered last: per step modulo block_size, the ids of the decodes that take
+        # a block in it, in running order (the order the rules allocate in)
+        self._crossing: list[list[str]] = []
+
+    def identical_decode_steps(self) -> Optional[DecodeRun]:
+        """The coming steps, while they are sure to be the same batch: every running request a
+        decode whose one token is in flight (sampled by the batch in flight, not its last), all
+        of them last sampled at the same time (so each step's tokens follow one gap), nobody
+        admissible (`waiting_limit`), and the pool holding the crossing decodes' new blocks.
+        None when the next step is not such a step.
+
+        With prefix caching the decodes' steps only take blocks (their own tokens are hashed,
+        never shared), unless one fills a block of tokens known in advance (a recorded answer):
+        then this is None, and the rules register the block when its token arrives."""
+        running = self.running
+        num_decodes = len(running)
+        sampling = self._sampling  # who each batch in flight samples
+        if not (num_decodes and len(sampling) == 1 and len(sampling[0]) == num_decodes):
+            return None  # somebody runs that the batch in flight does not sample
+        token_budget = self.max_num_batched_tokens - num_decodes
+        if token_budget < 0:
+            return None
+        limit = None
+        if self.waiting:
+            limit = waiting_limit(self, token_budget)
+            if limit is None:
+                return None  # the head could be admitted
+        num_steps = self._steps_of_decodes_alone()
+        if not num_steps:
+            return None
+        return DecodeRun(self._decode_run_slots(num_steps), num_decodes, num_decodes,
+                         sum(request.num_computed_tokens for request in running), 0,
+                         running[0].last_token_s, admission_limit=limit)
+
+    def _steps_of_decodes_alone(self) -> int:
+        """How many coming steps give every running request exactly one token, and read one
+        token for each that is not its last (0 if the next does not); the decodes that take a
+        block in each step are left in `_crossing`.
+
+        A decode is a running request with one token in flight and every other token computed.
+        The step that schedules it while its last token is in flight skips it, so a request
+        with `left` tokens to sample, this one in flight included, decodes for left - 1 steps.
+        """
+        block_size, max_model_len = self.kv_cache.block_size, self.max_model_len
+        checks_known_outputs = self.kv_cache.enable_prefix_caching
+        crossing: list[list[str]] = [[] for _ in range(block_size)]
+        last_token_s = self.running[0].last_token_s
+        if last_token_s is None:
+            return 0  # its first token is in flight: no gap to repeat
+        num_steps = max_model_len
+        for request in self.running:
+            computed = request.num_computed_tokens
+            if (request.num_output_placeholders != 1 or computed != request.num_tokens
+                    or request.last_token_s != last_token_s):
+                return 0  # not a decode in step with the others
+            if checks_known_outputs and request.has_known_outputs:
+                return 0
+            left = min(request.max_tokens - request.num_output_tokens,
+                       max_model_len - computed)
+            if left - 1 < num_steps:
+                num_steps = left - 1
+                if num_steps < 1:
+                    return 0
+            crossing[-computed % block_size].append(request.request_id)
+        self._crossing = crossing
+        return num_steps
+
+    def _decode_run_slots(self, num_steps: int) -> Iterator[int]:
+        """Slots each of the `num_steps` coming steps reserves, until the pool could not hold
+        its crossing decodes' blocks."""
+        crossing, block_size = self._crossing, self.kv_cache.block_size
+        num_free_blocks = self.kv_cache.num_free_blocks
+        for step in range(num_steps):
+            num_crossing = len(crossing[step % block_size])
+            if num_crossing > num_free_blocks:
+                return
+            num_free_blocks -= num_crossing
+            yield num_crossing * block_size
+
+    def apply_decode_run(self, run: DecodeRun, reads_s: list[float]) -> None:
+        """The engine ran len(reads_s) steps of `run`, reading the output of the batch before
+        each at those times: what schedule and update_from_output would have done in each of
+        them. Every decode computed one token a step and got one a step (its token in flight
+        is still the one placeholder); those crossing a block boundary took one, step by step
+        in running order; with prefix caching, each hashed its tokens as they arrived."""
+        kv_cache, crossing, num_steps = self.kv_cache, self._crossing, len(reads_s)
+        for step in range(num_steps):
+            kv_cache.append_blocks(crossing[step % len(crossing)])
+        kv_cache.add_decode_tokens(run.num_seqs * num_steps)
+        last_token_s = reads_s[-1]
+        for request in self.running:
+            request.num_computed_tokens += num_steps
+            request.num_output_tokens += num_steps
+            request.last_token_s = last_token_s
+            if kv_cache.enable_prefix_caching:
+                kv_cache.cache_known_tokens(request, request.num_computed_tokens - 1)
+
+
+def waiting_limit(scheduler: Scheduler, token_budget: int) -> Optional[AdmissionLimit]:
+    """What keeps the head of WAITING out now, through the coming decode-only steps too; None
+    if it could be admitted now, or if its reason might change while decodes run.
+
+    The budget and the batch stay as they are, and the free blocks only shrink, so the head
+    stays out, for the same reason, with one exception: without chunked prefill, a head that
+    waits for blocks while it finds some cached may lose those to the decodes' new blocks,
+    and then wait for the budget instead. Such a step takes the rules."""
+    limit = scheduler._batch_limit(token_budget)
+    if limit is not None:
+        return limit
+    head = scheduler.waiting[0]
+    cached_blocks = scheduler.kv_cache.find_cached_prefix(head)
+    limit = scheduler._head_limit(head, token_budget, cached_blocks)
+    if (limit is AdmissionLimit.KV_BLOCKS and cached_blocks
+            and not scheduler.enable_chunked_prefill):
+        return None
+    return limit
 
 
 class BulkStaticBatchScheduler(StaticBatchScheduler):
@@ -244,7 +367,7 @@ class BulkStaticBatchScheduler(StaticBatchScheduler):
             self.num_padded_tokens += 1
 
 
-BULK_SCHEDULERS = (BulkScheduler, BulkStaticBatchScheduler)
+BULK_SCHEDULERS = (BulkScheduler, BulkStaticBatchScheduler)  # the synchronous ones
 
 
 def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
@@ -273,8 +396,9 @@ def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s:
         recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
                                     num_waiting=len(scheduler.waiting))
         if observers:
-            _observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s,
-                                     step_s, clock_s - last_token_s, reserved, used)
+            _observe_decode_run_step(observers, scheduler, recorder, run, context,
+                                     clock_s - step_s, step_s, clock_s - last_token_s, reserved,
+                                     used)
         step_ends_s.append(clock_s)
         context += run.num_seqs
         last_token_s = clock_s
@@ -283,7 +407,60 @@ def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s:
     return clock_s
 
 
-def _observe_decode_run_step(observers, scheduler, recorder, run, context, clock_s, step_s,
+def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers) -> float:
+    """After a pass of main.simulate's loop (`steps`: its SyncSteps or async scheduling's
+    BatchQueue), the coming identical decode-only steps, if the scheduler is sure of some.
+    Returns the clock after them (`clock_s` if none ran)."""
+    if isinstance(steps.scheduler, AsyncBulkScheduler):
+        return repeat_identical_queued_steps(steps, recorder, arrivals, clock_s, observers)
+    return repeat_identical_decode_steps(steps.scheduler, steps.clock, recorder, arrivals,
+                                         clock_s, observers)
+
+
+def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
+                                  observers) -> float:
+    """repeat_identical_decode_steps under async scheduling (`queue`: the engine's BatchQueue):
+    each coming step is a pass of the queue, timed as BatchQueue.step times it: the batch it
+    schedules starts when the one in flight ends, and that one's output is read then (which
+    moves the engine's clock). Returns the clock after them (`clock_s` if none ran)."""
+    next_arrival_s = arrivals.next_arrival_s()
+    if next_arrival_s is not None and next_arrival_s <= clock_s:
+        return clock_s  # the next pass admits it first
+    scheduler, clock = queue.scheduler, queue.clock
+    run = scheduler.identical_decode_steps()
+    if run is None:
+        return clock_s
+    kv_cache = scheduler.kv_cache
+    reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
+    context, last_token_s = run.num_context_tokens, run.last_token_s
+    batch, previous_end_s = queue.in_flight
+    reads_s = []
+    for new_slots in run.new_slots_reserved:
+        if next_arrival_s is not None and next_arrival_s <= clock_s:
+            break
+        reserved, used = reserved + new_slots, used + run.num_sampled
+        step_s = clock.decode_step_time_s(run.num_seqs, context)
+        start_s = max(clock_s, queue.gpu_free_s)
+        queue.gpu_free_s = start_s + step_s
+        clock_s = max(clock_s, previous_end_s)  # the batch before is read when it ends
+        previous_end_s = queue.gpu_free_s
+        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
+                                    num_waiting=len(scheduler.waiting))
+        if observers:
+            _observe_decode_run_step(observers, scheduler, recorder, run, context, start_s,
+                                     step_s, clock_s - last_token_s, reserved, used)
+        reads_s.append(clock_s)
+        context += run.num_seqs
+        last_token_s = clock_s
+    if reads_s:
+        # The run's last batch samples the same requests as the batch in flight before it did:
+        # that batch (and the scheduler's sampling list of it) stands for it, ending later.
+        queue.in_flight = (batch, previous_end_s)
+        scheduler.apply_decode_run(run, reads_s)
+    return clock_s
+
+
+def _observe_decode_run_step(observers, scheduler, recorder, run, context, start_s, step_s,
                              itl_s, reserved, used) -> None:
     """What an observer of sums (a chart) sees of one repeated step: the step as it ran."""
     batch = SchedulerOutput()
@@ -295,6 +472,6 @@ def _observe_decode_run_step(observers, scheduler, recorder, run, context, clock
         kv_cache = scheduler.kv_cache
         free_blocks -= (reserved - kv_cache.num_reserved_slots) // kv_cache.block_size
     for observe in observers:
-        observe(EngineStep(recorder.num_steps - 1, clock_s - step_s, step_s, batch, result,
+        observe(EngineStep(recorder.num_steps - 1, start_s, step_s, batch, result,
                            len(scheduler.running), len(scheduler.waiting), free_blocks, reserved,
                            used))

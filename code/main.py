@@ -38,7 +38,7 @@ MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATI
 
 from async_scheduling import BatchQueue  # noqa: E402
 from batch import BatchScheduler, EngineCall, EngineStep, StepResult  # noqa: E402
-from bulk_scheduler import repeat_identical_decode_steps  # noqa: E402
+from bulk_scheduler import repeat_identical_steps  # noqa: E402
 from config import Knobs  # noqa: E402
 from forward_model import synchronous  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
@@ -84,8 +84,8 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
                                scheduler.num_free_blocks, reserved, used, kv_cache.block_tables))
         if progress:
             progress(recorder, clock_s)
-        clock_s = repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s,
-                                                observers)  # speed only: bulk_scheduler.py
+        clock_s = repeat_identical_steps(steps, recorder, arrivals, clock_s,
+                                         observers)  # speed only: bulk_scheduler.py
 
 
 class SyncSteps:

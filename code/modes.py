@@ -14,7 +14,7 @@ import random
 from async_scheduling import AsyncScheduler
 from config import ConfigError, EngineConfig, flag_name
 from kv_cache import ContiguousKVCache, PagedKVCache
-from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
+from bulk_scheduler import AsyncBulkScheduler, BulkScheduler, BulkStaticBatchScheduler
 from scheduler import Scheduler
 from spec_decode import NO_SPECULATION
 from static_batching import StaticBatchScheduler
@@ -89,9 +89,9 @@ class ContinuousMode:
                        acceptance_rng: random.Random, in_bulk: bool = False,
                        scheduler_class=None) -> Scheduler:
         """`acceptance_rng` draws speculative decoding's accepted drafts (main.simulate).
-        `in_bulk`: the running decodes may be counted as a group (bulk_scheduler.py), unless
-        decodes speculate (each advances by its own accepted drafts) or steps are scheduled
-        ahead (async_scheduling.py serves every request one by one). `scheduler_class` may be
+        `in_bulk`: the running decodes may be counted as a group (bulk_scheduler.py; with
+        async scheduling, only in runs of identical decode-only steps), unless decodes
+        speculate (each advances by its own accepted drafts). `scheduler_class` may be
         a subclass of the synchronous Scheduler that watches its rules (reports/explain.py)."""
         speculative = config.speculative_config
         speculation = speculative.speculation(acceptance_rng) if speculative else NO_SPECULATION
@@ -100,7 +100,7 @@ class ContinuousMode:
         if scheduler_class is None:
             in_bulk = in_bulk and not speculation.num_speculative_tokens
             if self.uses_async_scheduling(config):
-                scheduler_class = AsyncScheduler
+                scheduler_class = AsyncBulkScheduler if in_bulk else AsyncScheduler
             else:
                 scheduler_class = BulkScheduler if in_bulk else Scheduler
         return scheduler_class(kv_cache,

@@ -1,8 +1,10 @@
 """The fast path decides exactly what the rules decide: random workloads served both ways.
 
 With no observer that reads every request, the schedulers count the running decodes in bulk
-(running_decodes.py); with one, they apply the rules to each request. Every request's token times
-and every summary figure must come out the same, in every mode, on pools small enough to preempt.
+(running_decodes.py), and fast-forward runs of identical decode-only steps, with async scheduling
+too; with one, they apply the rules to each request. Every request's token times and every
+summary figure must come out the same, in every mode, synchronous and async, on pools small
+enough to preempt.
 """
 
 import random
@@ -37,11 +39,19 @@ def random_case(rng: random.Random):
     return config, num_blocks, rows, rng.choice([None, None, 3])
 
 
-def served(config, num_blocks, rows, max_concurrency, mode, observers):
-    recorder = simulate(make_workload(rows, max_concurrency), MODES[mode], config, num_blocks,
-                        make_clock(config), observers)
+def served(config, num_blocks, rows, max_concurrency, mode, observers, workload=None):
+    workload = workload or make_workload(rows, max_concurrency)
+    recorder = simulate(workload, MODES[mode], config, num_blocks, make_clock(config), observers)
     records = [recorder.record(i) for i in range(len(recorder.status))]
     return records, recorder.summary()
+
+
+def schedulings(config, mode):
+    """The continuous modes both ways, async scheduling (the default) and synchronous; NAIVE and
+    STATIC know only the synchronous loop."""
+    if not MODES[mode].uses_async_scheduling(config):
+        return [config]
+    return [config, replace(config, async_scheduling=False)]
 
 
 # Summary counters that only some workloads move: each must be moved by several random cases,
@@ -63,14 +73,77 @@ def test_bulk_and_one_by_one_serve_every_request_at_the_same_times():
         for mode in MODES:
             if mode == "continuous" and config.token_budget(False) < config.max_model_len:
                 continue  # refused at start-up (vLLM's rule): nothing to serve
-            bulk = served(config, num_blocks, rows, max_concurrency, mode, [])
-            rules = served(config, num_blocks, rows, max_concurrency, mode, [EveryRequest()])
-            assert bulk == rules, f"seed {seed}, mode {mode}"
-            moved |= {name for name in COUNTERS if bulk[1][name] > 0}
+            for scheduling in schedulings(config, mode):
+                bulk = served(scheduling, num_blocks, rows, max_concurrency, mode, [])
+                rules = served(scheduling, num_blocks, rows, max_concurrency, mode,
+                               [EveryRequest()])
+                assert bulk == rules, f"seed {seed}, mode {mode}, {scheduling.async_scheduling=}"
+                moved |= {name for name in COUNTERS if bulk[1][name] > 0}
         for name in moved:
             num_cases_moving[name] += 1
     assert num_cases_moving["num_preemptions"] >= 10  # the pools were small enough to preempt
     assert min(num_cases_moving.values()) >= 5, num_cases_moving
+
+
+def workload_of_shared_prompts(rows, rng: random.Random):
+    """`rows` as requests whose tokens are known, for prefix caching: prompts opening with one
+    of two shared prefixes, some with their outputs known in advance too (a recorded answer,
+    whose blocks others may find)."""
+    from request import Request, TokenContent
+    from workload import Workload
+    contents = []
+    for _, prompt_len, output_len in rows:
+        prefix = tuple(range(rng.choice([0, 1]) * 7, rng.choice([0, 1]) * 7 + prompt_len // 2))
+        prompt = prefix + tuple(rng.randrange(3) for _ in range(prompt_len - len(prefix)))
+        outputs = tuple(rng.randrange(3) for _ in range(rng.choice([0, 0, output_len])))
+        contents.append(TokenContent.of([prompt], outputs))
+
+    def make_requests():
+        return iter([Request(str(i), a, p, o, content=content)
+                     for i, ((a, p, o), content) in enumerate(zip(rows, contents))])
+
+    return Workload("test", f"{len(rows)} test requests", {"name": "test"}, make_requests)
+
+
+def test_async_fast_forwards_with_prefix_caching_serve_every_request_at_the_same_times():
+    """Async scheduling with prefix caching: decodes' own blocks are hashed as their tokens
+    arrive, and a recorded answer's blocks are shared (the fast-forward stays off while one
+    decodes); random cases served both ways."""
+    for seed in range(10):
+        rng = random.Random(seed)
+        config, num_blocks, rows, _ = random_case(rng)
+        config = replace(config, enable_prefix_caching=True)
+        workload = workload_of_shared_prompts(rows, rng)
+        for mode in ("continuous", "chunked"):
+            if mode == "continuous" and config.token_budget(False) < config.max_model_len:
+                continue
+            bulk = served(config, num_blocks, rows, None, mode, [], workload)
+            rules = served(config, num_blocks, rows, None, mode, [EveryRequest()], workload)
+            assert bulk == rules, f"seed {seed}, mode {mode}"
+
+
+def test_async_scheduling_fast_forwards_decodes_alone(monkeypatch):
+    """Eight prompts of 40 tokens sent at once for 200 outputs each, async scheduling: 201
+    steps, the prompts', 199 of the eight decodes and one reading their last tokens. All the
+    decode steps but the first (whose output is every request's first token, not a gap) are one
+    fast-forwarded run (AsyncBulkScheduler.apply_decode_run), with the same results as the rules
+    one step at a time."""
+    from bulk_scheduler import AsyncBulkScheduler
+    fast_forwarded = []
+    apply_decode_run = AsyncBulkScheduler.apply_decode_run
+
+    def counted(scheduler, run, reads_s):
+        fast_forwarded.append(len(reads_s))
+        apply_decode_run(scheduler, run, reads_s)
+
+    monkeypatch.setattr(AsyncBulkScheduler, "apply_decode_run", counted)
+    config = EngineConfig(max_model_len=512)
+    rows = [(0.0, 40, 200)] * 8
+    bulk = served(config, 256, rows, None, "chunked", [])
+    rules = served(config, 256, rows, None, "chunked", [EveryRequest()])
+    assert bulk == rules
+    assert bulk[1]["num_steps"] == 201
+    assert fast_forwarded == [198]
 
 
 def test_a_budget_spent_by_decodes_alone_is_seen_the_same_on_both_paths():
@@ -108,16 +181,16 @@ def test_a_chart_sees_the_same_steps_whether_decodes_run_in_bulk_or_one_by_one()
 def test_the_mode_picks_the_bulk_room_only_when_nobody_reads_every_request():
     """bulk_scheduler.py's classes serve when no observer reads every request and decodes do
     not speculate; otherwise the plain rules (scheduler.py, static_batching.py) serve alone."""
-    from bulk_scheduler import BulkScheduler, BulkStaticBatchScheduler
+    from bulk_scheduler import AsyncBulkScheduler, BulkScheduler, BulkStaticBatchScheduler
     from scheduler import Scheduler
     from spec_decode import SpeculativeConfig
     from static_batching import StaticBatchScheduler
     from async_scheduling import AsyncScheduler
     config = EngineConfig(max_model_len=256, async_scheduling=False)
     rng = random.Random(0)
-    # async scheduling serves every request one by one, bulk or not (async_scheduling.py)
-    assert type(MODES["chunked"].make_scheduler(replace(config, async_scheduling=True), 64, rng,
-                                                True)) is AsyncScheduler
+    async_config = replace(config, async_scheduling=True)
+    assert type(MODES["chunked"].make_scheduler(async_config, 64, rng, True)) is AsyncBulkScheduler
+    assert type(MODES["chunked"].make_scheduler(async_config, 64, rng, False)) is AsyncScheduler
     assert type(MODES["chunked"].make_scheduler(config, 64, rng, True)) is BulkScheduler
     assert type(MODES["chunked"].make_scheduler(config, 64, rng, False)) is Scheduler
     assert type(MODES["static"].make_scheduler(config, 64, rng, True)) is BulkStaticBatchScheduler
@@ -134,7 +207,7 @@ def test_the_plain_rules_hold_no_bulk_path():
     from conftest import ROOT
     bulk_words = ("bulk_decodes", "num_bulk_decodes", "identical_decode_steps",
                   "apply_decode_run", "add_decodes", "_admission_order")
-    for name in ("scheduler.py", "static_batching.py"):
+    for name in ("scheduler.py", "static_batching.py", "async_scheduling.py"):
         code = (ROOT / "code" / name).read_text()
         assert not [word for word in bulk_words if word in code], name
     assert "RunningDecodes" not in (ROOT / "code" / "scheduler.py").read_text()

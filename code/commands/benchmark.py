@@ -23,9 +23,10 @@ every step cannot beat. servesim's decode-heavy run is set beside it.
 
 Every workload runs vLLM's synchronous scheduler (--no-async-scheduling), whose running decodes
 the bulk path counts as a group (bulk_scheduler.py). Async scheduling, vLLM 0.30.0's default and
-servesim's, schedules with outputs in flight and serves every request one by one
-(async_scheduling.py): about three times slower on long runs, with results that follow vLLM's
-async scheduler instead.
+servesim's, schedules with outputs in flight (async_scheduling.py) and serves every request one
+by one except in runs of decode-only steps, which the bulk path fast-forwards: on the long runs
+here, whose steps mostly hold a prompt chunk or a preemption, ten to twenty times slower, with
+results that follow vLLM's async scheduler instead.
 """
 
 import json
