@@ -42,7 +42,9 @@ class BlockPool:
         self._left_behind: dict[int, int] = {}             # and the copies touch left behind
         self._extra_holders: dict[int, int] = {}           # shared blocks -> holders beyond 1
         self._entry_of: dict[int, int] = {}                # block -> the hash it is cached under
-        self._blocks_of: dict[int, list[int]] = {}         # hash -> blocks cached under it
+        self._block_of: dict[int, int] = {}                # hash -> the block found by it (the
+        #                                                    first cached under it),
+        self._later_blocks_of: dict[int, list[int]] = {}   # and those cached under it after
 
     @property
     def num_free_blocks(self) -> int:
@@ -82,10 +84,8 @@ class BlockPool:
             taken = [back.popleft() for _ in range(count)]
         self._num_in_back -= count
         if entry_of:
-            for block_id in taken:
-                if block_id in entry_of:
-                    self._in_back.discard(block_id)
-                    self._evict(block_id)
+            self._in_back.difference_update(taken)
+            self._evict(taken)
         return taken
 
     def _drop_copy_left_behind(self, block_id: int) -> None:
@@ -99,16 +99,18 @@ class BlockPool:
         """A request lets go of its blocks (`block_ids` in its block table's order, of which the
         first `num_cached_blocks` are full and hold a cache entry). Freed tail first; a block
         still held by another request stays where it is."""
-        if not self._extra_holders:  # nobody shares a block: every one of them is freed
+        if self._extra_holders.keys().isdisjoint(block_ids):  # every one of them is freed
             self._front.extendleft(block_ids[num_cached_blocks:])  # the tail block frontmost
             full = block_ids[:num_cached_blocks]
             self._back.extend(reversed(full))
             self._note_in_back(full)
             return
         no_entry, with_entry = [], []
+        extra_holders = self._extra_holders
         for index in range(len(block_ids) - 1, -1, -1):
             block_id = block_ids[index]
-            if self._still_held(block_id):
+            if block_id in extra_holders:
+                self._let_go_of_shared(block_id)  # another request still holds it
                 continue
             if index < num_cached_blocks:
                 with_entry.append(block_id)
@@ -125,16 +127,13 @@ class BlockPool:
         if self._entry_of:
             self._in_back.update(filter(self._entry_of.__contains__, block_ids))
 
-    def _still_held(self, block_id: int) -> bool:
-        """One holder let go of a block: does another one still hold it?"""
-        extra = self._extra_holders.get(block_id)
-        if extra is None:
-            return False
+    def _let_go_of_shared(self, block_id: int) -> None:
+        """One holder of a shared block let go of it: one fewer beyond the first."""
+        extra = self._extra_holders[block_id]
         if extra == 1:
             del self._extra_holders[block_id]
         else:
             self._extra_holders[block_id] = extra - 1
-        return True
 
     def free_block_ids(self) -> list[int]:
         """Every free block, in the order the queue hands them out (a check's full pass)."""
@@ -150,12 +149,17 @@ class BlockPool:
 
     # -- prefix caching ----------------------------------------------------------------------
 
-    def cache(self, block_id: int, block_hash: int) -> None:
-        """A held, full block can now be found by its content's hash. A second block with the
-        same content gets an entry too (vLLM does not de-duplicate): the first stays the one
-        found."""
-        self._entry_of[block_id] = block_hash
-        self._blocks_of.setdefault(block_hash, []).append(block_id)
+    def cache_full_blocks(self, block_ids: list[int], block_hashes: list[int]) -> None:
+        """Held, full blocks can now be found by their contents' hashes (vLLM's
+        cache_full_blocks). A second block with the same content gets an entry too (vLLM does
+        not de-duplicate): the first stays the one found."""
+        self._entry_of.update(zip(block_ids, block_hashes))
+        block_of = self._block_of
+        for block_id, block_hash in zip(block_ids, block_hashes):
+            if block_hash in block_of:
+                self._later_blocks_of.setdefault(block_hash, []).append(block_id)
+            else:
+                block_of[block_hash] = block_id
 
     def cache_entry(self, block_id: int) -> Optional[int]:
         """The hash the block can be found by, or None."""
@@ -163,8 +167,7 @@ class BlockPool:
 
     def find(self, block_hash: int) -> Optional[int]:
         """A block holding this content, held or free, or None."""
-        blocks = self._blocks_of.get(block_hash)
-        return blocks[0] if blocks else None
+        return self._block_of.get(block_hash)
 
     def touch(self, block_ids: list[int]) -> None:
         """Prefix hits: each block is held once more; a free one leaves the free queue."""
@@ -180,11 +183,25 @@ class BlockPool:
         """Of a block holding a cache entry: nobody holds it (it waits at the back)."""
         return block_id in self._in_back
 
-    def _evict(self, block_id: int) -> None:
-        """The block is handed out again: its content can no longer be found here. (A full block
-        of content nobody else has, freed by a finished request, has no entry to drop.)"""
-        block_hash = self._entry_of.pop(block_id)
-        blocks = self._blocks_of[block_hash]
-        blocks.remove(block_id)
-        if not blocks:
-            del self._blocks_of[block_hash]
+    def _evict(self, block_ids: list[int]) -> None:
+        """The blocks are handed out again: their contents can no longer be found here. (A full
+        block of content nobody else has, freed by a finished request, has no entry to drop.)"""
+        entry_of, block_of, later_blocks_of = self._entry_of, self._block_of, self._later_blocks_of
+        for block_id in block_ids:
+            block_hash = entry_of.pop(block_id, None)
+            if block_hash is None:
+                continue
+            if block_hash in later_blocks_of:
+                self._evict_one_of_several(block_id, block_hash)
+            else:
+                del block_of[block_hash]
+
+    def _evict_one_of_several(self, block_id: int, block_hash: int) -> None:
+        """Several blocks are cached under the hash: the next one is found once the first goes."""
+        later = self._later_blocks_of[block_hash]
+        if self._block_of[block_hash] == block_id:
+            self._block_of[block_hash] = later.pop(0)
+        else:
+            later.remove(block_id)
+        if not later:
+            del self._later_blocks_of[block_hash]

@@ -165,8 +165,8 @@ class PagedKVCache:
             num_full_blocks = 0  # no block holds a cache entry
         elif preempted:
             hashes = self.block_hashes(request, num_full_blocks)
-            for index in range(num_registered, num_full_blocks):
-                self.pool.cache(block_ids[index], hashes[index])
+            self.pool.cache_full_blocks(block_ids[num_registered:num_full_blocks],
+                                        hashes[num_registered:num_full_blocks])
         self.pool.free(block_ids, num_full_blocks)
 
     # -- prefix caching ----------------------------------------------------------------------
@@ -213,8 +213,7 @@ class PagedKVCache:
             return
         block_ids = self.block_tables[request.request_id]
         hashes = self.block_hashes(request, num_full)
-        for index in range(start, num_full):
-            self.pool.cache(block_ids[index], hashes[index])
+        self.pool.cache_full_blocks(block_ids[start:num_full], hashes[start:num_full])
         self._num_registered[request.request_id] = num_full
 
     def block_hashes(self, request: Request, num_blocks: int) -> list[int]:
@@ -225,8 +224,10 @@ class PagedKVCache:
         if len(hashes) >= num_blocks:
             return hashes
         if request.content is not None:
+            previous = hashes[-1] if hashes else 0
             for key in request.content.block_keys(len(hashes), num_blocks, self.block_size):
-                hashes.append(hash((hashes[-1] if hashes else 0, key)))
+                previous = hash((previous, key))
+                hashes.append(previous)
         while len(hashes) < num_blocks:  # tokens of its own: they, and every later block, are
             hashes.append(hash((OWN_CONTENT, self._own_content_id(request), len(hashes))))
         return hashes                    # unique to it

@@ -53,6 +53,16 @@ class TokenRun:
         first = self.offset + begin - self.start
         return (*self.source, first, first + end - begin)
 
+    def block_keys(self, begin: int, num_blocks: int, block_size: int) -> list[tuple]:
+        """Keys of the `num_blocks` whole blocks from position `begin`, all inside this run:
+        `(self.part(b, b + block_size),)` for each block's begin b, made in one go."""
+        size = num_blocks * block_size
+        if self.token_ids is not None:
+            ids, first = self.token_ids, begin - self.start
+            return [((0, *ids[b:b + block_size]),) for b in range(first, first + size, block_size)]
+        source, first = self.source, self.offset + begin - self.start
+        return [((*source, b, b + block_size),) for b in range(first, first + size, block_size)]
+
 
 @dataclass(frozen=True)
 class TokenContent:
@@ -79,8 +89,7 @@ class TokenContent:
             run = self.runs[index]
             num_inside = min(stop_block, (run.start + run.length) // block_size) - block
             if num_inside > 0:  # blocks wholly inside this run: one part each
-                ends = range(begin + block_size, begin + (num_inside + 1) * block_size, block_size)
-                keys += [(run.part(end - block_size, end),) for end in ends]
+                keys += run.block_keys(begin, num_inside, block_size)
                 block += num_inside
             else:
                 keys.append(self._key_across_runs(begin, begin + block_size, index))
