@@ -99,26 +99,16 @@ class BlockPool:
         """A request lets go of its blocks (`block_ids` in its block table's order, of which the
         first `num_cached_blocks` are full and hold a cache entry). Freed tail first; a block
         still held by another request stays where it is."""
-        if self._extra_holders.keys().isdisjoint(block_ids):  # every one of them is freed
-            self._front.extendleft(block_ids[num_cached_blocks:])  # the tail block frontmost
-            full = block_ids[:num_cached_blocks]
-            self._back.extend(reversed(full))
-            self._note_in_back(full)
-            return
-        no_entry, with_entry = [], []
-        extra_holders = self._extra_holders
-        for index in range(len(block_ids) - 1, -1, -1):
-            block_id = block_ids[index]
-            if block_id in extra_holders:
-                self._let_go_of_shared(block_id)  # another request still holds it
-                continue
-            if index < num_cached_blocks:
-                with_entry.append(block_id)
-            else:
-                no_entry.append(block_id)
-        self._front.extendleft(reversed(no_entry))  # at the front, tail block first
-        self._back.extend(with_entry)
-        self._note_in_back(with_entry)
+        full, rest = block_ids[:num_cached_blocks], block_ids[num_cached_blocks:]
+        shared = self._extra_holders.keys() & block_ids
+        if shared:  # another request still holds these: they stay where they are
+            for block_id in shared:
+                self._let_go_of_shared(block_id)
+            full = [block_id for block_id in full if block_id not in shared]
+            rest = [block_id for block_id in rest if block_id not in shared]
+        self._front.extendleft(rest)  # the tail block frontmost
+        self._back.extend(reversed(full))
+        self._note_in_back(full)
 
     def _note_in_back(self, block_ids: list[int]) -> None:
         """Full blocks joined the back of the queue; those with a cache entry may be hit there

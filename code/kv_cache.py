@@ -35,7 +35,7 @@ servesim with Python's hash of integer tuples, the same in every run.
 """
 
 from block_pool import BlockPool
-from request import Request
+from request import NamedBlocks, Request
 
 OWN_CONTENT = 2  # in a hash key: tokens only one request has (the request's own content id)
 
@@ -224,13 +224,27 @@ class PagedKVCache:
         if len(hashes) >= num_blocks:
             return hashes
         if request.content is not None:
-            previous = hashes[-1] if hashes else 0
             for key in request.content.block_keys(len(hashes), num_blocks, self.block_size):
-                previous = hash((previous, key))
-                hashes.append(previous)
+                if isinstance(key, NamedBlocks):
+                    hashes += self._named_block_hashes(key, hashes)
+                else:
+                    hashes.append(hash((hashes[-1] if hashes else 0, key)))
         while len(hashes) < num_blocks:  # tokens of its own: they, and every later block, are
             hashes.append(hash((OWN_CONTENT, self._own_content_id(request), len(hashes))))
         return hashes                    # unique to it
+
+    @staticmethod
+    def _named_block_hashes(blocks: NamedBlocks, hashes: list[int]) -> range:
+        """The hashes of blocks wholly inside one run of named tokens (a Mooncake hash id's 32
+        blocks): one hash for the run, chained over every block before it, and its blocks
+        numbered on from it. Equal hashes still mean equal tokens from the first: the run's
+        hash names its source, where in it the run's first whole block starts, and everything
+        before that block; a block's number counts the blocks since then. (One hash per hash
+        id instead of one a block: prefix caching's cost is the pool's work, not hashing.)"""
+        before = hashes[blocks.run_block - 1] if blocks.run_block else 0
+        run_hash = hash((before, blocks.source, blocks.run_offset))
+        return range(run_hash + blocks.first - blocks.run_block,
+                     run_hash + blocks.stop - blocks.run_block)
 
     def _own_content_id(self, request: Request) -> int:
         if request.own_content_id is None:
