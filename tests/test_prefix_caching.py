@@ -73,7 +73,7 @@ def test_equal_block_hashes_mean_equal_tokens_from_the_first_however_the_tokens_
             assert seen.setdefault(block_hash, prefix) == prefix
         num_hashed += len(hashes)
     assert len(set(seen.values())) == len(seen)  # different tokens, different hashes
-    assert num_hashed > 2 * len(seen)  # (many blocks were shared)
+    assert num_hashed - len(seen) > 50  # blocks hashed again elsewhere: shared ones
 
 
 def test_only_whole_blocks_of_a_shared_prefix_hit_and_the_last_token_is_always_computed():
