@@ -24,19 +24,23 @@ the freed full blocks (back, in freeing order). Only the back can be hit, so onl
 block from its middle: `touch` just forgets the block there (`_in_back`) and notes the copy left
 behind (`_left_behind`), which is skipped when it reaches the head. Likewise only the holders
 beyond a block's first are counted (`_extra_holders`). So with no block shared, a request's
-blocks are freed, and handed out again, a whole run at a time.
+blocks are freed, and handed out again, a whole run at a time: the front is a list whose end is
+the queue's front (a stack: the block freed last is handed out first), the back a list read from
+`_head` on (cut off now and then), so that taking many blocks is one slice of a list.
 """
 
-from collections import deque
 from typing import Optional
+
+TRIM_BACK = 4096  # blocks handed out from the back before the list may drop them
 
 
 class BlockPool:
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
-        self._front: deque[int] = deque()                  # freed, no cache entry
+        self._front: list[int] = []                        # freed, no cache entry (next: last)
         self._next_unused = 1                              # never used: _next_unused .. num_blocks
-        self._back: deque[int] = deque()                   # freed full blocks, oldest first,
+        self._back: list[int] = []                         # freed full blocks, oldest first
+        self._head = 0                                     # from this index on,
         self._num_in_back = 0                              # how many are truly there,
         self._in_back: set[int] = set()                    # those of them with a cache entry,
         self._left_behind: dict[int, int] = {}             # and the copies touch left behind
@@ -60,32 +64,46 @@ class BlockPool:
         """The `count` blocks at the front of the free queue, each now held once; any cache
         entry they still held is dropped (evicted). The caller checked there are enough."""
         front = self._front
-        taken = [front.popleft() for _ in range(min(count, len(front)))]
-        num_unused = min(count - len(taken), self.num_blocks + 1 - self._next_unused)
-        taken += range(self._next_unused, self._next_unused + num_unused)
-        self._next_unused += num_unused
-        if len(taken) < count:
-            taken += self._take_from_back(count - len(taken))
+        num_front = min(count, len(front))
+        taken = front[len(front) - num_front:]
+        if num_front:
+            del front[len(front) - num_front:]
+            taken.reverse()  # the queue's front is the list's end
+        if num_front < count:
+            num_unused = min(count - num_front, self.num_blocks + 1 - self._next_unused)
+            taken += range(self._next_unused, self._next_unused + num_unused)
+            self._next_unused += num_unused
+            if len(taken) < count:
+                taken += self._take_from_back(count - len(taken))
         return taken
 
     def _take_from_back(self, count: int) -> list[int]:
         """The `count` least recently freed full blocks, their cache entries dropped."""
-        back, entry_of = self._back, self._entry_of
+        back, head = self._back, self._head
         left_behind = self._left_behind
         if left_behind:  # skip the copies of blocks that left the queue
             taken = []
             while len(taken) < count:
-                block_id = back.popleft()
+                block_id = back[head]
+                head += 1
                 if block_id in left_behind:
                     self._drop_copy_left_behind(block_id)
                 else:
                     taken.append(block_id)
         else:
-            taken = [back.popleft() for _ in range(count)]
+            taken = back[head:head + count]
+            head += count
+        if head >= TRIM_BACK and 2 * head >= len(back):  # most of the list is behind the head
+            del back[:head]
+            head = 0
+        self._head = head
         self._num_in_back -= count
-        if entry_of:
-            self._in_back.difference_update(taken)
-            self._evict(taken)
+        in_back = self._in_back
+        if in_back:
+            evicted = in_back.intersection(taken)  # the taken blocks with a cache entry
+            if evicted:
+                in_back -= evicted
+                self._evict(evicted)
         return taken
 
     def _drop_copy_left_behind(self, block_id: int) -> None:
@@ -106,7 +124,7 @@ class BlockPool:
                 self._let_go_of_shared(block_id)
             full = [block_id for block_id in full if block_id not in shared]
             rest = [block_id for block_id in rest if block_id not in shared]
-        self._front.extendleft(rest)  # the tail block frontmost
+        self._front.extend(rest)  # the tail block frontmost
         self._back.extend(reversed(full))
         self._note_in_back(full)
 
@@ -130,12 +148,12 @@ class BlockPool:
         unused = range(self._next_unused, self.num_blocks + 1)
         left_behind = dict(self._left_behind)
         back = []
-        for block_id in self._back:
+        for block_id in self._back[self._head:]:
             if left_behind.get(block_id):
                 left_behind[block_id] -= 1
             else:
                 back.append(block_id)
-        return [*self._front, *unused, *back]
+        return [*reversed(self._front), *unused, *back]
 
     # -- prefix caching ----------------------------------------------------------------------
 
@@ -173,14 +191,12 @@ class BlockPool:
         """Of a block holding a cache entry: nobody holds it (it waits at the back)."""
         return block_id in self._in_back
 
-    def _evict(self, block_ids: list[int]) -> None:
-        """The blocks are handed out again: their contents can no longer be found here. (A full
-        block of content nobody else has, freed by a finished request, has no entry to drop.)"""
+    def _evict(self, block_ids: set[int]) -> None:
+        """The blocks, each with a cache entry, are handed out again: their contents can no
+        longer be found here (in whatever order they go)."""
         entry_of, block_of, later_blocks_of = self._entry_of, self._block_of, self._later_blocks_of
         for block_id in block_ids:
-            block_hash = entry_of.pop(block_id, None)
-            if block_hash is None:
-                continue
+            block_hash = entry_of.pop(block_id)
             if block_hash in later_blocks_of:
                 self._evict_one_of_several(block_id, block_hash)
             else:
