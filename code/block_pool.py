@@ -63,18 +63,20 @@ class BlockPool:
     def take(self, count: int) -> list[int]:
         """The `count` blocks at the front of the free queue, each now held once; any cache
         entry they still held is dropped (evicted). The caller checked there are enough."""
-        front = self._front
+        front, taken = self._front, []
         num_front = min(count, len(front))
-        taken = front[len(front) - num_front:]
         if num_front:
-            del front[len(front) - num_front:]
+            taken = front[-num_front:]
+            del front[-num_front:]
             taken.reverse()  # the queue's front is the list's end
-        if num_front < count:
-            num_unused = min(count - num_front, self.num_blocks + 1 - self._next_unused)
+            if num_front == count:
+                return taken
+        num_unused = min(count - len(taken), self.num_blocks + 1 - self._next_unused)
+        if num_unused:
             taken += range(self._next_unused, self._next_unused + num_unused)
             self._next_unused += num_unused
-            if len(taken) < count:
-                taken += self._take_from_back(count - len(taken))
+        if len(taken) < count:
+            taken += self._take_from_back(count - len(taken))
         return taken
 
     def _take_from_back(self, count: int) -> list[int]:

@@ -134,6 +134,8 @@ class PagedKVCache:
     def append_blocks(self, request_ids: list[str]) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
         new block), in that order; the caller has checked that the pool holds them."""
+        if not request_ids:
+            return  # (most steps: no decode fills its last block)
         block_tables = self.block_tables
         for request_id, block_id in zip(request_ids, self.pool.take(len(request_ids))):
             block_tables[request_id].append(block_id)
