@@ -13,9 +13,11 @@ tokens = simulated output tokens; wall s = wall time of one simulation and its m
 workload's requests are drawn, or its trace read, as it runs); cpu s = the process's CPU time
 for it (what other users of a shared machine disturb less); us/step = wall microseconds per
 engine step; out tok/wall s = simulated output tokens per wall second; x floor = output tokens
-per CPU second over the CPython floor's (below, also in CPU time); x before = the previous round's wall time over this one (above 1: faster
-now; `PREVIOUS_WALL_S`, measured on this machine, as noisy); peak MB = the process's maximum
-resident memory.
+per CPU second over the CPython floor's (below, also in CPU time); x before = the previous
+round's CPU time over this one's (above 1: faster now; `PREVIOUS_CPU_S`, measured on this
+machine), or where the previous round timed only the wall, its wall time over this one's (marked
+w; `PREVIOUS_WALL_S`, as noisy as the machine's load); peak MB = the process's maximum resident
+memory.
 
 The floor is the same machine's CPython running the tightest loop that touches every running
 request once per step (all work inlined, no calls): what a simulator that visits every request
@@ -50,10 +52,11 @@ VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4
                             max_num_batched_tokens=512, max_num_seqs=256,
                             num_gpu_blocks_override=7424, async_scheduling=False)
 DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", async_scheduling=False)
-# The previous round's figures (wall s of one simulation, this machine), for the "x before" column.
-# (The previous round timed its 2,000-request Mooncake replay under another setup, 6.9 s cached
-# and 2.0 s not: its ratio, 3.5x, is the figure to compare with, not its seconds.)
-PREVIOUS_WALL_S = {"decode-heavy": 0.34, "vidur-10k": 2.28, "synthetic-100k": 22.0}
+# The previous round's figures (s of one simulation, this machine, measured 2026-12-01 under a
+# load average of 4 to 9), for the "x before" column: CPU time where it was measured, else wall.
+PREVIOUS_CPU_S = {"decode-heavy": 0.23, "vidur-10k": 1.21, "synthetic-100k": 14.3,
+                  "mooncake-2000-cached": 1.26, "mooncake-2000-uncached": 0.52}
+PREVIOUS_WALL_S = {"synthetic-1m": 405.0}
 
 
 def vidur_trace():
@@ -150,9 +153,17 @@ def run_in_fresh_process(case: str, mode_key: str) -> dict:
     return json.loads(output)
 
 
-def row(label: str, mode_name: str, m: dict, floor_tok_s: float, previous_s) -> str:
+def times_before(case: str, m: dict) -> str:
+    """The previous round's time over this one's: CPU over CPU, or wall over wall (w)."""
+    if case in PREVIOUS_CPU_S:
+        return f"{PREVIOUS_CPU_S[case] / m['cpu_s']:.2f}"
+    if case in PREVIOUS_WALL_S:
+        return f"{PREVIOUS_WALL_S[case] / m['wall_s']:.2f}w"
+    return "-"
+
+
+def row(label: str, mode_name: str, m: dict, floor_tok_s: float, before: str) -> str:
     tok_s = m['tokens'] / m['wall_s']
-    before = f"{previous_s / m['wall_s']:.2f}" if previous_s else "-"
     return (f"{label:<56} {mode_name:<19} {m['steps']:>9,} {m['tokens']:>11,} "
             f"{m['wall_s']:>7.2f} {m['cpu_s']:>6.2f} {1e6 * m['wall_s'] / m['steps']:>8.1f} "
             f"{tok_s:>14,.0f} {m['tokens'] / m['cpu_s'] / floor_tok_s:>7.2f} {before:>8} "
@@ -174,8 +185,8 @@ def main(argv: list[str]) -> None:
         label, _, _, mode_keys = CASES[name]
         for key in mode_keys:
             results[name, key] = run_in_fresh_process(name, key)
-            print(row(label, MODES[key].name, results[name, key], floor,
-                      PREVIOUS_WALL_S.get(name) if key == "chunked" else None), flush=True)
+            before = times_before(name, results[name, key]) if key == "chunked" else "-"
+            print(row(label, MODES[key].name, results[name, key], floor, before), flush=True)
     if ("decode-heavy", "chunked") in results:
         heavy = results["decode-heavy", "chunked"]
         print(f"\nCPython floor (every running request touched once per step, 256 of them): "
@@ -188,10 +199,11 @@ def main(argv: list[str]) -> None:
               f"{large['peak_mb'] / small['peak_mb']:.2f}x the peak memory")
     if ("mooncake-2000-cached", "chunked") in results and (
             "mooncake-2000-uncached", "chunked") in results:
-        cached = results["mooncake-2000-cached", "chunked"]["wall_s"]
-        uncached = results["mooncake-2000-uncached", "chunked"]["wall_s"]
-        print(f"Mooncake 2,000: prefix caching costs {cached / uncached:.2f}x the wall time of "
-              f"caching off")
+        cached = results["mooncake-2000-cached", "chunked"]
+        uncached = results["mooncake-2000-uncached", "chunked"]
+        print(f"Mooncake 2,000: prefix caching costs {cached['cpu_s'] / uncached['cpu_s']:.2f}x "
+              f"the CPU time of caching off ({cached['wall_s'] / uncached['wall_s']:.2f}x the "
+              f"wall time)")
 
 
 if __name__ == "__main__":
