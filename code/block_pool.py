@@ -165,6 +165,13 @@ class BlockPool:
         not de-duplicate): the first stays the one found."""
         self._entry_of.update(zip(block_ids, block_hashes))
         block_of = self._block_of
+        if block_of.keys().isdisjoint(block_hashes):  # most often: contents nobody cached
+            num_cached = len(block_of)
+            block_of.update(zip(block_hashes, block_ids))
+            if len(block_of) == num_cached + len(block_ids):
+                return
+            for block_hash in block_hashes:  # a content twice among them: once more, in order
+                block_of.pop(block_hash, None)
         for block_id, block_hash in zip(block_ids, block_hashes):
             if block_hash in block_of:
                 self._later_blocks_of.setdefault(block_hash, []).append(block_id)
@@ -197,8 +204,11 @@ class BlockPool:
         """The blocks, each with a cache entry, are handed out again: their contents can no
         longer be found here (in whatever order they go)."""
         entry_of, block_of, later_blocks_of = self._entry_of, self._block_of, self._later_blocks_of
-        for block_id in block_ids:
-            block_hash = entry_of.pop(block_id)
+        block_hashes = list(map(entry_of.pop, block_ids))
+        if later_blocks_of.keys().isdisjoint(block_hashes):  # each the only block of its content
+            list(map(block_of.pop, block_hashes))  # (the blocks popped are not needed)
+            return
+        for block_id, block_hash in zip(block_ids, block_hashes):
             if block_hash in later_blocks_of:
                 self._evict_one_of_several(block_id, block_hash)
             else:
