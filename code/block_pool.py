@@ -83,8 +83,9 @@ class BlockPool:
         """The `count` least recently freed full blocks, their cache entries dropped."""
         back, head = self._back, self._head
         left_behind = self._left_behind
-        if left_behind:  # skip the copies of blocks that left the queue
-            taken = []
+        taken = back[head:head + count]
+        if left_behind and not left_behind.keys().isdisjoint(taken):  # skip the copies of
+            taken = []                                                 # blocks that left it
             while len(taken) < count:
                 block_id = back[head]
                 head += 1
@@ -93,7 +94,6 @@ class BlockPool:
                 else:
                     taken.append(block_id)
         else:
-            taken = back[head:head + count]
             head += count
         if head >= TRIM_BACK and 2 * head >= len(back):  # most of the list is behind the head
             del back[:head]
