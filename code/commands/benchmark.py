@@ -14,10 +14,10 @@ workload's requests are drawn, or its trace read, as it runs); cpu s = the proce
 for it (what other users of a shared machine disturb less); us/step = wall microseconds per
 engine step; out tok/wall s = simulated output tokens per wall second; x floor = output tokens
 per CPU second over the CPython floor's (below, also in CPU time); x before = the previous
-round's CPU time over this one's (above 1: faster now; `PREVIOUS_CPU_S`, measured on this
-machine), or where the previous round timed only the wall, its wall time over this one's (marked
-w; `PREVIOUS_WALL_S`, as noisy as the machine's load); peak MB = the process's maximum resident
-memory.
+round's CPU time per engine step over this one's (above 1: faster now; `PREVIOUS`, measured on
+this machine; per step, because some workloads take other step counts since, the synthetic ones
+a third fewer), or wall over wall where the previous round timed only the wall (marked w, as
+noisy as the machine's load); peak MB = the process's maximum resident memory.
 
 The floor is the same machine's CPython running the tightest loop that touches every running
 request once per step (all work inlined, no calls): what a simulator that visits every request
@@ -52,11 +52,14 @@ VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4
                             max_num_batched_tokens=512, max_num_seqs=256,
                             num_gpu_blocks_override=7424, async_scheduling=False)
 DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", async_scheduling=False)
-# The previous round's figures (s of one simulation, this machine, measured 2026-12-01 under a
-# load average of 4 to 9), for the "x before" column: CPU time where it was measured, else wall.
-PREVIOUS_CPU_S = {"decode-heavy": 0.23, "vidur-10k": 1.21, "synthetic-100k": 14.3,
-                  "mooncake-2000-cached": 1.26, "mooncake-2000-uncached": 0.52}
-PREVIOUS_WALL_S = {"synthetic-1m": 405.0}
+# The previous round's figures (this machine, 2026-12-01, under a load average of 4 to 9), for
+# the "x before" column: seconds of one simulation (CPU time, or wall where only the wall was
+# timed) and its engine steps.
+PREVIOUS = {"decode-heavy": ("cpu_s", 0.23, 8_417), "vidur-10k": ("cpu_s", 1.21, 27_372),
+            "synthetic-100k": ("cpu_s", 14.3, 472_807),
+            "synthetic-1m": ("wall_s", 405.0, 4_767_543),
+            "mooncake-2000-cached": ("cpu_s", 1.26, 12_275),
+            "mooncake-2000-uncached": ("cpu_s", 0.52, 10_048)}
 
 
 def vidur_trace():
@@ -154,12 +157,12 @@ def run_in_fresh_process(case: str, mode_key: str) -> dict:
 
 
 def times_before(case: str, m: dict) -> str:
-    """The previous round's time over this one's: CPU over CPU, or wall over wall (w)."""
-    if case in PREVIOUS_CPU_S:
-        return f"{PREVIOUS_CPU_S[case] / m['cpu_s']:.2f}"
-    if case in PREVIOUS_WALL_S:
-        return f"{PREVIOUS_WALL_S[case] / m['wall_s']:.2f}w"
-    return "-"
+    """The previous round's time per step over this one's: CPU over CPU, or wall over wall (w)."""
+    if case not in PREVIOUS:
+        return "-"
+    kind, seconds, steps = PREVIOUS[case]
+    ratio = (seconds / steps) / (m[kind] / m["steps"])
+    return f"{ratio:.2f}" if kind == "cpu_s" else f"{ratio:.2f}w"
 
 
 def row(label: str, mode_name: str, m: dict, floor_tok_s: float, before: str) -> str:
