@@ -29,7 +29,7 @@ the queue's front (a stack: the block freed last is handed out first), the back 
 `_head` on (cut off now and then), so that taking many blocks is one slice of a list.
 """
 
-from typing import Optional
+from typing import Iterable, Optional
 
 TRIM_BACK = 4096  # blocks handed out from the back before the list may drop them
 
@@ -186,6 +186,17 @@ class BlockPool:
         """A block holding this content, held or free, or None."""
         return self._block_of.get(block_hash)
 
+    def find_prefix(self, block_hashes: Iterable[int]) -> list[int]:
+        """The blocks holding the leading contents of `block_hashes`, up to the first content
+        not cached."""
+        blocks, block_of = [], self._block_of
+        for block_hash in block_hashes:
+            block_id = block_of.get(block_hash)
+            if block_id is None:
+                break
+            blocks.append(block_id)
+        return blocks
+
     def touch(self, block_ids: list[int]) -> None:
         """Prefix hits: each block is held once more; a free one leaves the free queue."""
         for block_id in block_ids:
@@ -199,6 +210,10 @@ class BlockPool:
     def is_free(self, block_id: int) -> bool:
         """Of a block holding a cache entry: nobody holds it (it waits at the back)."""
         return block_id in self._in_back
+
+    def num_free_among(self, block_ids: list[int]) -> int:
+        """Of blocks holding a cache entry: how many nobody holds."""
+        return len(self._in_back.intersection(block_ids))
 
     def _evict(self, block_ids: set[int]) -> None:
         """The blocks, each with a cache entry, are handed out again: their contents can no

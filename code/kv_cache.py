@@ -34,6 +34,8 @@ their own: only the request itself finds them, after a preemption. vLLM hashes w
 servesim with Python's hash of integer tuples, the same in every run.
 """
 
+import itertools
+
 from block_pool import BlockPool
 from request import NamedBlocks, Request
 
@@ -87,7 +89,7 @@ class PagedKVCache:
         """Could the request hold `num_total_tokens` tokens, given the cached blocks it found?
         A cached block that is free still leaves the free queue when taken: it counts."""
         num_needed = self.num_new_blocks_needed(request_id, num_total_tokens) - len(cached_blocks)
-        num_needed += sum(1 for block_id in cached_blocks if self.pool.is_free(block_id))
+        num_needed += self.pool.num_free_among(cached_blocks)
         return num_needed <= self.num_free_blocks
 
     def allocate_slots(self, request: Request, num_computed: int, num_new_tokens: int,
@@ -180,13 +182,9 @@ class PagedKVCache:
             return []
         if request.content is None and not request.num_preemptions:
             return []  # nothing of its own was ever registered, and it shares nothing
-        blocks, num_findable = [], (request.num_tokens - 1) // self.block_size
+        num_findable = (request.num_tokens - 1) // self.block_size
         hashes = self.block_hashes(request, num_findable)
-        for index in range(num_findable):
-            block_id = self.pool.find(hashes[index])
-            if block_id is None:
-                break
-            blocks.append(block_id)
+        blocks = self.pool.find_prefix(itertools.islice(hashes, num_findable))
         if self.drop_last_hit and blocks:  # its hidden states feed the EAGLE head's drafts
             blocks.pop()
         return blocks
