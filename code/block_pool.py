@@ -24,25 +24,31 @@ the freed full blocks (back, in freeing order). Only the back can be hit, so onl
 block from its middle: `touch` just forgets the block there (`_in_back`) and notes the copy left
 behind (`_left_behind`), which is skipped when it reaches the head. Likewise only the holders
 beyond a block's first are counted (`_extra_holders`). So with no block shared, a request's
-blocks are freed, and handed out again, a whole run at a time.
+blocks are freed, and handed out again, a whole run at a time: the front is a list whose end is
+the queue's front (a stack: the block freed last is handed out first), the back a list read from
+`_head` on (cut off now and then), so that taking many blocks is one slice of a list.
 """
 
-from collections import deque
-from typing import Optional
+from typing import Iterable, Optional
+
+TRIM_BACK = 4096  # blocks handed out from the back before the list may drop them
 
 
 class BlockPool:
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
-        self._front: deque[int] = deque()                  # freed, no cache entry
+        self._front: list[int] = []                        # freed, no cache entry (next: last)
         self._next_unused = 1                              # never used: _next_unused .. num_blocks
-        self._back: deque[int] = deque()                   # freed full blocks, oldest first,
+        self._back: list[int] = []                         # freed full blocks, oldest first
+        self._head = 0                                     # from this index on,
         self._num_in_back = 0                              # how many are truly there,
         self._in_back: set[int] = set()                    # those of them with a cache entry,
         self._left_behind: dict[int, int] = {}             # and the copies touch left behind
         self._extra_holders: dict[int, int] = {}           # shared blocks -> holders beyond 1
         self._entry_of: dict[int, int] = {}                # block -> the hash it is cached under
-        self._blocks_of: dict[int, list[int]] = {}         # hash -> blocks cached under it
+        self._block_of: dict[int, int] = {}                # hash -> the block found by it (the
+        #                                                    first cached under it),
+        self._later_blocks_of: dict[int, list[int]] = {}   # and those cached under it after
 
     @property
     def num_free_blocks(self) -> int:
@@ -57,35 +63,49 @@ class BlockPool:
     def take(self, count: int) -> list[int]:
         """The `count` blocks at the front of the free queue, each now held once; any cache
         entry they still held is dropped (evicted). The caller checked there are enough."""
-        front = self._front
-        taken = [front.popleft() for _ in range(min(count, len(front)))]
+        front, taken = self._front, []
+        num_front = min(count, len(front))
+        if num_front:
+            taken = front[-num_front:]
+            del front[-num_front:]
+            taken.reverse()  # the queue's front is the list's end
+            if num_front == count:
+                return taken
         num_unused = min(count - len(taken), self.num_blocks + 1 - self._next_unused)
-        taken += range(self._next_unused, self._next_unused + num_unused)
-        self._next_unused += num_unused
+        if num_unused:
+            taken += range(self._next_unused, self._next_unused + num_unused)
+            self._next_unused += num_unused
         if len(taken) < count:
             taken += self._take_from_back(count - len(taken))
         return taken
 
     def _take_from_back(self, count: int) -> list[int]:
         """The `count` least recently freed full blocks, their cache entries dropped."""
-        back, entry_of = self._back, self._entry_of
+        back, head = self._back, self._head
         left_behind = self._left_behind
-        if left_behind:  # skip the copies of blocks that left the queue
-            taken = []
+        taken = back[head:head + count]
+        if left_behind and not left_behind.keys().isdisjoint(taken):  # skip the copies of
+            taken = []                                                 # blocks that left it
             while len(taken) < count:
-                block_id = back.popleft()
+                block_id = back[head]
+                head += 1
                 if block_id in left_behind:
                     self._drop_copy_left_behind(block_id)
                 else:
                     taken.append(block_id)
         else:
-            taken = [back.popleft() for _ in range(count)]
+            head += count
+        if head >= TRIM_BACK and 2 * head >= len(back):  # most of the list is behind the head
+            del back[:head]
+            head = 0
+        self._head = head
         self._num_in_back -= count
-        if entry_of:
-            for block_id in taken:
-                if block_id in entry_of:
-                    self._in_back.discard(block_id)
-                    self._evict(block_id)
+        in_back = self._in_back
+        if in_back:
+            evicted = in_back.intersection(taken)  # the taken blocks with a cache entry
+            if evicted:
+                in_back -= evicted
+                self._evict(evicted)
         return taken
 
     def _drop_copy_left_behind(self, block_id: int) -> None:
@@ -99,24 +119,16 @@ class BlockPool:
         """A request lets go of its blocks (`block_ids` in its block table's order, of which the
         first `num_cached_blocks` are full and hold a cache entry). Freed tail first; a block
         still held by another request stays where it is."""
-        if not self._extra_holders:  # nobody shares a block: every one of them is freed
-            self._front.extendleft(block_ids[num_cached_blocks:])  # the tail block frontmost
-            full = block_ids[:num_cached_blocks]
-            self._back.extend(reversed(full))
-            self._note_in_back(full)
-            return
-        no_entry, with_entry = [], []
-        for index in range(len(block_ids) - 1, -1, -1):
-            block_id = block_ids[index]
-            if self._still_held(block_id):
-                continue
-            if index < num_cached_blocks:
-                with_entry.append(block_id)
-            else:
-                no_entry.append(block_id)
-        self._front.extendleft(reversed(no_entry))  # at the front, tail block first
-        self._back.extend(with_entry)
-        self._note_in_back(with_entry)
+        full, rest = block_ids[:num_cached_blocks], block_ids[num_cached_blocks:]
+        shared = self._extra_holders.keys() & block_ids
+        if shared:  # another request still holds these: they stay where they are
+            for block_id in shared:
+                self._let_go_of_shared(block_id)
+            full = [block_id for block_id in full if block_id not in shared]
+            rest = [block_id for block_id in rest if block_id not in shared]
+        self._front.extend(rest)  # the tail block frontmost
+        self._back.extend(reversed(full))
+        self._note_in_back(full)
 
     def _note_in_back(self, block_ids: list[int]) -> None:
         """Full blocks joined the back of the queue; those with a cache entry may be hit there
@@ -125,37 +137,46 @@ class BlockPool:
         if self._entry_of:
             self._in_back.update(filter(self._entry_of.__contains__, block_ids))
 
-    def _still_held(self, block_id: int) -> bool:
-        """One holder let go of a block: does another one still hold it?"""
-        extra = self._extra_holders.get(block_id)
-        if extra is None:
-            return False
+    def _let_go_of_shared(self, block_id: int) -> None:
+        """One holder of a shared block let go of it: one fewer beyond the first."""
+        extra = self._extra_holders[block_id]
         if extra == 1:
             del self._extra_holders[block_id]
         else:
             self._extra_holders[block_id] = extra - 1
-        return True
 
     def free_block_ids(self) -> list[int]:
         """Every free block, in the order the queue hands them out (a check's full pass)."""
         unused = range(self._next_unused, self.num_blocks + 1)
         left_behind = dict(self._left_behind)
         back = []
-        for block_id in self._back:
+        for block_id in self._back[self._head:]:
             if left_behind.get(block_id):
                 left_behind[block_id] -= 1
             else:
                 back.append(block_id)
-        return [*self._front, *unused, *back]
+        return [*reversed(self._front), *unused, *back]
 
     # -- prefix caching ----------------------------------------------------------------------
 
-    def cache(self, block_id: int, block_hash: int) -> None:
-        """A held, full block can now be found by its content's hash. A second block with the
-        same content gets an entry too (vLLM does not de-duplicate): the first stays the one
-        found."""
-        self._entry_of[block_id] = block_hash
-        self._blocks_of.setdefault(block_hash, []).append(block_id)
+    def cache_full_blocks(self, block_ids: list[int], block_hashes: list[int]) -> None:
+        """Held, full blocks can now be found by their contents' hashes (vLLM's
+        cache_full_blocks). A second block with the same content gets an entry too (vLLM does
+        not de-duplicate): the first stays the one found."""
+        self._entry_of.update(zip(block_ids, block_hashes))
+        block_of = self._block_of
+        if block_of.keys().isdisjoint(block_hashes):  # most often: contents nobody cached
+            num_cached = len(block_of)
+            block_of.update(zip(block_hashes, block_ids))
+            if len(block_of) == num_cached + len(block_ids):
+                return
+            for block_hash in block_hashes:  # a content twice among them: once more, in order
+                block_of.pop(block_hash, None)
+        for block_id, block_hash in zip(block_ids, block_hashes):
+            if block_hash in block_of:
+                self._later_blocks_of.setdefault(block_hash, []).append(block_id)
+            else:
+                block_of[block_hash] = block_id
 
     def cache_entry(self, block_id: int) -> Optional[int]:
         """The hash the block can be found by, or None."""
@@ -163,8 +184,18 @@ class BlockPool:
 
     def find(self, block_hash: int) -> Optional[int]:
         """A block holding this content, held or free, or None."""
-        blocks = self._blocks_of.get(block_hash)
-        return blocks[0] if blocks else None
+        return self._block_of.get(block_hash)
+
+    def find_prefix(self, block_hashes: Iterable[int]) -> list[int]:
+        """The blocks holding the leading contents of `block_hashes`, up to the first content
+        not cached."""
+        blocks, block_of = [], self._block_of
+        for block_hash in block_hashes:
+            block_id = block_of.get(block_hash)
+            if block_id is None:
+                break
+            blocks.append(block_id)
+        return blocks
 
     def touch(self, block_ids: list[int]) -> None:
         """Prefix hits: each block is held once more; a free one leaves the free queue."""
@@ -180,11 +211,30 @@ class BlockPool:
         """Of a block holding a cache entry: nobody holds it (it waits at the back)."""
         return block_id in self._in_back
 
-    def _evict(self, block_id: int) -> None:
-        """The block is handed out again: its content can no longer be found here. (A full block
-        of content nobody else has, freed by a finished request, has no entry to drop.)"""
-        block_hash = self._entry_of.pop(block_id)
-        blocks = self._blocks_of[block_hash]
-        blocks.remove(block_id)
-        if not blocks:
-            del self._blocks_of[block_hash]
+    def num_free_among(self, block_ids: list[int]) -> int:
+        """Of blocks holding a cache entry: how many nobody holds."""
+        return len(self._in_back.intersection(block_ids))
+
+    def _evict(self, block_ids: set[int]) -> None:
+        """The blocks, each with a cache entry, are handed out again: their contents can no
+        longer be found here (in whatever order they go)."""
+        entry_of, block_of, later_blocks_of = self._entry_of, self._block_of, self._later_blocks_of
+        block_hashes = list(map(entry_of.pop, block_ids))
+        if later_blocks_of.keys().isdisjoint(block_hashes):  # each the only block of its content
+            list(map(block_of.pop, block_hashes))  # (the blocks popped are not needed)
+            return
+        for block_id, block_hash in zip(block_ids, block_hashes):
+            if block_hash in later_blocks_of:
+                self._evict_one_of_several(block_id, block_hash)
+            else:
+                del block_of[block_hash]
+
+    def _evict_one_of_several(self, block_id: int, block_hash: int) -> None:
+        """Several blocks are cached under the hash: the next one is found once the first goes."""
+        later = self._later_blocks_of[block_hash]
+        if self._block_of[block_hash] == block_id:
+            self._block_of[block_hash] = later.pop(0)
+        else:
+            later.remove(block_id)
+        if not later:
+            del self._later_blocks_of[block_hash]

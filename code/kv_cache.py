@@ -34,8 +34,10 @@ their own: only the request itself finds them, after a preemption. vLLM hashes w
 servesim with Python's hash of integer tuples, the same in every run.
 """
 
+import itertools
+
 from block_pool import BlockPool
-from request import Request
+from request import NamedBlocks, Request
 
 OWN_CONTENT = 2  # in a hash key: tokens only one request has (the request's own content id)
 
@@ -87,7 +89,7 @@ class PagedKVCache:
         """Could the request hold `num_total_tokens` tokens, given the cached blocks it found?
         A cached block that is free still leaves the free queue when taken: it counts."""
         num_needed = self.num_new_blocks_needed(request_id, num_total_tokens) - len(cached_blocks)
-        num_needed += sum(1 for block_id in cached_blocks if self.pool.is_free(block_id))
+        num_needed += self.pool.num_free_among(cached_blocks)
         return num_needed <= self.num_free_blocks
 
     def allocate_slots(self, request: Request, num_computed: int, num_new_tokens: int,
@@ -134,6 +136,8 @@ class PagedKVCache:
     def append_blocks(self, request_ids: list[str]) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
         new block), in that order; the caller has checked that the pool holds them."""
+        if not request_ids:
+            return  # (most steps: no decode fills its last block)
         block_tables = self.block_tables
         for request_id, block_id in zip(request_ids, self.pool.take(len(request_ids))):
             block_tables[request_id].append(block_id)
@@ -165,8 +169,8 @@ class PagedKVCache:
             num_full_blocks = 0  # no block holds a cache entry
         elif preempted:
             hashes = self.block_hashes(request, num_full_blocks)
-            for index in range(num_registered, num_full_blocks):
-                self.pool.cache(block_ids[index], hashes[index])
+            self.pool.cache_full_blocks(block_ids[num_registered:num_full_blocks],
+                                        hashes[num_registered:num_full_blocks])
         self.pool.free(block_ids, num_full_blocks)
 
     # -- prefix caching ----------------------------------------------------------------------
@@ -178,13 +182,9 @@ class PagedKVCache:
             return []
         if request.content is None and not request.num_preemptions:
             return []  # nothing of its own was ever registered, and it shares nothing
-        blocks, num_findable = [], (request.num_tokens - 1) // self.block_size
+        num_findable = (request.num_tokens - 1) // self.block_size
         hashes = self.block_hashes(request, num_findable)
-        for index in range(num_findable):
-            block_id = self.pool.find(hashes[index])
-            if block_id is None:
-                break
-            blocks.append(block_id)
+        blocks = self.pool.find_prefix(itertools.islice(hashes, num_findable))
         if self.drop_last_hit and blocks:  # its hidden states feed the EAGLE head's drafts
             blocks.pop()
         return blocks
@@ -213,8 +213,7 @@ class PagedKVCache:
             return
         block_ids = self.block_tables[request.request_id]
         hashes = self.block_hashes(request, num_full)
-        for index in range(start, num_full):
-            self.pool.cache(block_ids[index], hashes[index])
+        self.pool.cache_full_blocks(block_ids[start:num_full], hashes[start:num_full])
         self._num_registered[request.request_id] = num_full
 
     def block_hashes(self, request: Request, num_blocks: int) -> list[int]:
@@ -226,10 +225,26 @@ class PagedKVCache:
             return hashes
         if request.content is not None:
             for key in request.content.block_keys(len(hashes), num_blocks, self.block_size):
-                hashes.append(hash((hashes[-1] if hashes else 0, key)))
+                if isinstance(key, NamedBlocks):
+                    hashes += self._named_block_hashes(key, hashes)
+                else:
+                    hashes.append(hash((hashes[-1] if hashes else 0, key)))
         while len(hashes) < num_blocks:  # tokens of its own: they, and every later block, are
             hashes.append(hash((OWN_CONTENT, self._own_content_id(request), len(hashes))))
         return hashes                    # unique to it
+
+    @staticmethod
+    def _named_block_hashes(blocks: NamedBlocks, hashes: list[int]) -> range:
+        """The hashes of blocks wholly inside one run of named tokens (a Mooncake hash id's 32
+        blocks): one hash for the run, chained over every block before it, and its blocks
+        numbered on from it. Equal hashes still mean equal tokens from the first: the run's
+        hash names its source, where in it the run's first whole block starts, and everything
+        before that block; a block's number counts the blocks since then. (One hash per hash
+        id instead of one a block: prefix caching's cost is the pool's work, not hashing.)"""
+        before = hashes[blocks.run_block - 1] if blocks.run_block else 0
+        run_hash = hash((before, blocks.source, blocks.run_offset))
+        return range(run_hash + blocks.first - blocks.run_block,
+                     run_hash + blocks.stop - blocks.run_block)
 
     def _own_content_id(self, request: Request) -> int:
         if request.own_content_id is None:

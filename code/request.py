@@ -37,21 +37,41 @@ class RequestStatus(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class TokenRun:
     """Consecutive known tokens of a sequence, from position `start`: either the token ids
-    themselves, or a name for them (`source`): then the run's j-th token is token `offset + j`
-    of that source (a Mooncake hash id names 512 prompt tokens; a synthetic shared prefix, its
-    length). Sources are tuples of integers, so that their hashes are the same in every run."""
+    themselves, or a name for them (`source`): then the run's j-th token is token j of that
+    source, from its very first (a Mooncake hash id names 512 prompt tokens; a synthetic shared
+    prefix, its length). Sources are tuples of integers, so that their hashes are the same in
+    every run."""
     start: int
     length: int
     token_ids: Optional[tuple[int, ...]] = None
     source: Optional[tuple[int, ...]] = None
-    offset: int = 0
 
     def part(self, begin: int, end: int) -> tuple:
         """The tokens at positions [begin, end) of the sequence (inside this run), as a key."""
         if self.token_ids is not None:
             return (0, *self.token_ids[begin - self.start:end - self.start])
-        first = self.offset + begin - self.start
-        return (*self.source, first, first + end - begin)
+        return (*self.source, begin - self.start, end - self.start)
+
+    def block_keys(self, begin: int, num_blocks: int, block_size: int) -> list[tuple]:
+        """Keys of the `num_blocks` whole blocks of token ids from position `begin`, all inside
+        this run: `(self.part(b, b + block_size),)` for each block's begin b, made in one go."""
+        ids, first = self.token_ids, begin - self.start
+        return [((0, *ids[b:b + block_size]),)
+                for b in range(first, first + num_blocks * block_size, block_size)]
+
+
+@dataclass(frozen=True, slots=True)
+class NamedBlocks:
+    """Blocks `first` .. `stop` - 1 of a sequence, all wholly inside one run of named tokens
+    (of a Mooncake hash id, 32 blocks of 16; of a shared prefix, all of it). Their tokens
+    follow from the run's: so they need no key each, and prefix caching hashes them as one
+    (kv_cache.py), from the run's first whole block `run_block`, `run_offset` tokens into the
+    source."""
+    source: tuple[int, ...]
+    run_block: int
+    run_offset: int
+    first: int
+    stop: int
 
 
 @dataclass(frozen=True)
@@ -66,9 +86,10 @@ class TokenContent:
         last = self.runs[-1] if self.runs else None
         return last.start + last.length if last else 0
 
-    def block_keys(self, first_block: int, stop_block: int, block_size: int) -> list[tuple]:
-        """Keys for the tokens of blocks first_block .. stop_block - 1, one per block, as far as
-        all of a block's tokens are known: equal keys mean equal tokens."""
+    def block_keys(self, first_block: int, stop_block: int, block_size: int) -> list:
+        """Keys for the tokens of blocks first_block .. stop_block - 1, as far as all of a
+        block's tokens are known: equal keys mean equal tokens. One key per block, except that
+        the blocks wholly inside a run of named tokens come as one `NamedBlocks` for them all."""
         keys = []
         stop_block = min(stop_block, self.known_length // block_size)
         block, index = first_block, 0
@@ -78,9 +99,14 @@ class TokenContent:
                 index += 1
             run = self.runs[index]
             num_inside = min(stop_block, (run.start + run.length) // block_size) - block
-            if num_inside > 0:  # blocks wholly inside this run: one part each
-                ends = range(begin + block_size, begin + (num_inside + 1) * block_size, block_size)
-                keys += [(run.part(end - block_size, end),) for end in ends]
+            if num_inside > 0 and run.source is not None:  # wholly inside: named together
+                run_block = -(-run.start // block_size)
+                keys.append(NamedBlocks(run.source, run_block,
+                                        run_block * block_size - run.start, block,
+                                        block + num_inside))
+                block += num_inside
+            elif num_inside > 0:  # blocks wholly inside this run of token ids: one part each
+                keys += run.block_keys(begin, num_inside, block_size)
                 block += num_inside
             else:
                 keys.append(self._key_across_runs(begin, begin + block_size, index))

@@ -84,3 +84,17 @@ def test_contiguous_reservation_wastes_what_the_request_does_not_use():
 
 def test_num_blocks_for_rounds_up():
     assert [num_blocks_for(n, 16) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_blocks_of_one_content_are_found_first_cached_first_however_they_are_cached():
+    from block_pool import BlockPool
+    pool = BlockPool(8)
+    blocks = pool.take(5)                              # [1, 2, 3, 4, 5]
+    pool.cache_full_blocks(blocks[:3], [70, 71, 70])   # a content twice in one go
+    pool.cache_full_blocks(blocks[3:], [71, 72])       # and once more
+    assert [pool.find(h) for h in (70, 71, 72)] == [1, 2, 5]
+    pool.free(blocks, num_cached_blocks=5)             # the back, tail first: 5, 4, 3, 2, 1
+    pool.take(3 + 3)                                   # the unused 6..8, then 5, 4 and 3
+    assert [pool.find(h) for h in (70, 71, 72)] == [1, 2, None]
+    pool.take(1)                                       # block 2 goes: 71 was block 4's too
+    assert [pool.find(h) for h in (70, 71)] == [1, None]

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import random
 
 import pytest
 
@@ -41,6 +42,38 @@ def test_a_block_is_known_by_its_tokens_however_the_runs_are_cut():
     assert whole.block_keys(0, 1, 4) == cut.block_keys(0, 1, 4)  # tokens 1..4, cut after 3
     assert whole.block_keys(0, 2, 3) == cut.block_keys(0, 2, 3)
     assert cut.block_keys(1, 2, 4) == []  # tokens 4..7: past what is known, nobody else's
+
+
+def test_equal_block_hashes_mean_equal_tokens_from_the_first_however_the_tokens_are_named():
+    """Block hashes (a hash id's blocks numbered on from one hash, other blocks chained one by
+    one) against the oracle: block i of one sequence and block j of another have equal hashes
+    exactly when i == j and their tokens up to the end of the block are the same."""
+    rng = random.Random(22)
+    block_size, contents = 4, []
+    for _ in range(60):
+        pieces = []
+        for _ in range(rng.randint(1, 4)):
+            if rng.random() < 0.7:  # named tokens: source (1, h), from its first token
+                pieces.append(((1, rng.randint(1, 3)), rng.choice([3, 4, 8, 9])))
+            else:
+                pieces.append(tuple(rng.randint(1, 2) for _ in range(rng.randint(1, 6))))
+        contents.append(TokenContent.of(pieces))
+    kv = PagedKVCache(8, block_size, enable_prefix_caching=True)
+    seen, num_hashed = {}, 0  # block hash -> the tokens up to the end of its block
+    for index, content in enumerate(contents):
+        request = make_request(str(index), content.known_length, 1)
+        request.content = content
+        num_blocks = content.known_length // block_size
+        kv.block_hashes(request, rng.randint(0, num_blocks))  # hashed in two goes, or one
+        hashes = kv.block_hashes(request, num_blocks)
+        tokens = [(run.source, j) if run.source else (0, run.token_ids[j])
+                  for run in content.runs for j in range(run.length)]
+        for block, block_hash in enumerate(hashes):
+            prefix = tuple(tokens[:(block + 1) * block_size])
+            assert seen.setdefault(block_hash, prefix) == prefix
+        num_hashed += len(hashes)
+    assert len(set(seen.values())) == len(seen)  # different tokens, different hashes
+    assert num_hashed - len(seen) > 50  # blocks hashed again elsewhere: shared ones
 
 
 def test_only_whole_blocks_of_a_shared_prefix_hit_and_the_last_token_is_always_computed():

@@ -13,9 +13,11 @@ tokens = simulated output tokens; wall s = wall time of one simulation and its m
 workload's requests are drawn, or its trace read, as it runs); cpu s = the process's CPU time
 for it (what other users of a shared machine disturb less); us/step = wall microseconds per
 engine step; out tok/wall s = simulated output tokens per wall second; x floor = output tokens
-per CPU second over the CPython floor's (below, also in CPU time); x before = the previous round's wall time over this one (above 1: faster
-now; `PREVIOUS_WALL_S`, measured on this machine, as noisy); peak MB = the process's maximum
-resident memory.
+per CPU second over the CPython floor's (below, also in CPU time); x before = the previous
+round's CPU time per engine step over this one's (above 1: faster now; `PREVIOUS`, measured on
+this machine; per step, because some workloads take other step counts since, the synthetic ones
+a third fewer), or wall over wall where the previous round timed only the wall (marked w, as
+noisy as the machine's load); peak MB = the process's maximum resident memory.
 
 The floor is the same machine's CPython running the tightest loop that touches every running
 request once per step (all work inlined, no calls): what a simulator that visits every request
@@ -51,10 +53,14 @@ VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4
                             max_num_batched_tokens=512, max_num_seqs=256,
                             num_gpu_blocks_override=7424, async_scheduling=False)
 DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", async_scheduling=False)
-# The previous round's figures (wall s of one simulation, this machine), for the "x before" column.
-# (The previous round timed its 2,000-request Mooncake replay under another setup, 6.9 s cached
-# and 2.0 s not: its ratio, 3.5x, is the figure to compare with, not its seconds.)
-PREVIOUS_WALL_S = {"decode-heavy": 0.34, "vidur-10k": 2.28, "synthetic-100k": 22.0}
+# The previous round's figures (this machine, 2026-12-01, under a load average of 4 to 9), for
+# the "x before" column: seconds of one simulation (CPU time, or wall where only the wall was
+# timed) and its engine steps.
+PREVIOUS = {"decode-heavy": ("cpu_s", 0.23, 8_417), "vidur-10k": ("cpu_s", 1.21, 27_372),
+            "synthetic-100k": ("cpu_s", 14.3, 472_807),
+            "synthetic-1m": ("wall_s", 405.0, 4_767_543),
+            "mooncake-2000-cached": ("cpu_s", 1.26, 12_275),
+            "mooncake-2000-uncached": ("cpu_s", 0.52, 10_048)}
 
 
 def vidur_trace():
@@ -151,9 +157,17 @@ def run_in_fresh_process(case: str, mode_key: str) -> dict:
     return json.loads(output)
 
 
-def row(label: str, mode_name: str, m: dict, floor_tok_s: float, previous_s) -> str:
+def times_before(case: str, m: dict) -> str:
+    """The previous round's time per step over this one's: CPU over CPU, or wall over wall (w)."""
+    if case not in PREVIOUS:
+        return "-"
+    kind, seconds, steps = PREVIOUS[case]
+    ratio = (seconds / steps) / (m[kind] / m["steps"])
+    return f"{ratio:.2f}" if kind == "cpu_s" else f"{ratio:.2f}w"
+
+
+def row(label: str, mode_name: str, m: dict, floor_tok_s: float, before: str) -> str:
     tok_s = m['tokens'] / m['wall_s']
-    before = f"{previous_s / m['wall_s']:.2f}" if previous_s else "-"
     return (f"{label:<56} {mode_name:<19} {m['steps']:>9,} {m['tokens']:>11,} "
             f"{m['wall_s']:>7.2f} {m['cpu_s']:>6.2f} {1e6 * m['wall_s'] / m['steps']:>8.1f} "
             f"{tok_s:>14,.0f} {m['tokens'] / m['cpu_s'] / floor_tok_s:>7.2f} {before:>8} "
@@ -175,8 +189,8 @@ def main(argv: list[str]) -> None:
         label, _, _, mode_keys = CASES[name]
         for key in mode_keys:
             results[name, key] = run_in_fresh_process(name, key)
-            print(row(label, MODES[key].name, results[name, key], floor,
-                      PREVIOUS_WALL_S.get(name) if key == "chunked" else None), flush=True)
+            before = times_before(name, results[name, key]) if key == "chunked" else "-"
+            print(row(label, MODES[key].name, results[name, key], floor, before), flush=True)
     if ("decode-heavy", "chunked") in results:
         heavy = results["decode-heavy", "chunked"]
         print(f"\nCPython floor (every running request touched once per step, 256 of them): "
@@ -189,10 +203,11 @@ def main(argv: list[str]) -> None:
               f"{large['peak_mb'] / small['peak_mb']:.2f}x the peak memory")
     if ("mooncake-2000-cached", "chunked") in results and (
             "mooncake-2000-uncached", "chunked") in results:
-        cached = results["mooncake-2000-cached", "chunked"]["wall_s"]
-        uncached = results["mooncake-2000-uncached", "chunked"]["wall_s"]
-        print(f"Mooncake 2,000: prefix caching costs {cached / uncached:.2f}x the wall time of "
-              f"caching off")
+        cached = results["mooncake-2000-cached", "chunked"]
+        uncached = results["mooncake-2000-uncached", "chunked"]
+        print(f"Mooncake 2,000: prefix caching costs {cached['cpu_s'] / uncached['cpu_s']:.2f}x "
+              f"the CPU time of caching off ({cached['wall_s'] / uncached['wall_s']:.2f}x the "
+              f"wall time)")
 
 
 if __name__ == "__main__":
