@@ -168,14 +168,9 @@ class BulkScheduler(Scheduler):
         decodes, num_decodes = self.decodes, len(self.decodes)
         if not (num_decodes and len(self.running) == num_decodes):
             return None
-        token_budget = self.max_num_batched_tokens - num_decodes
-        if token_budget < 0:
+        alone, limit = decodes_alone(self, num_decodes)
+        if not alone:
             return None
-        limit = None
-        if self.waiting:
-            limit = waiting_limit(self, token_budget)
-            if limit is None:
-                return None  # the head could be admitted
         if decodes.finishes_at(decodes.step + 1):
             return None
         if self.waiting and self.kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
@@ -238,14 +233,9 @@ class AsyncBulkScheduler(AsyncScheduler):
         sampling = self._sampling  # who each batch in flight samples
         if not (num_decodes and len(sampling) == 1 and len(sampling[0]) == num_decodes):
             return None  # somebody runs that the batch in flight does not sample
-        token_budget = self.max_num_batched_tokens - num_decodes
-        if token_budget < 0:
+        alone, limit = decodes_alone(self, num_decodes)
+        if not alone:
             return None
-        limit = None
-        if self.waiting:
-            limit = waiting_limit(self, token_budget)
-            if limit is None:
-                return None  # the head could be admitted
         num_steps = self._steps_of_decodes_alone()
         if not num_steps:
             return None
@@ -315,6 +305,18 @@ class AsyncBulkScheduler(AsyncScheduler):
             request.last_token_s = last_token_s
             if kv_cache.enable_prefix_caching:
                 kv_cache.cache_known_tokens(request, request.num_computed_tokens - 1)
+
+
+def decodes_alone(scheduler: Scheduler, num_decodes: int) -> tuple[bool, Optional[AdmissionLimit]]:
+    """Can the coming steps be the `num_decodes` running decodes alone (the budget covers them,
+    and WAITING's head, if any, stays out), and what keeps the head out (None: nobody waits)."""
+    token_budget = scheduler.max_num_batched_tokens - num_decodes
+    if token_budget < 0:
+        return False, None
+    if not scheduler.waiting:
+        return True, None
+    limit = waiting_limit(scheduler, token_budget)
+    return limit is not None, limit  # None: the head could be admitted
 
 
 def waiting_limit(scheduler: Scheduler, token_budget: int) -> Optional[AdmissionLimit]:
