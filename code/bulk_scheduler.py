@@ -52,6 +52,7 @@ class BulkScheduler(Scheduler):
     def __init__(self, kv_cache, **rules):
         super().__init__(kv_cache, **rules)
         assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
+        kv_cache.defers_unshared_blocks = True  # no view reads the cache's entries here
         self.decodes = RunningDecodes(self.max_model_len, kv_cache.block_size)
         self._admission_order: dict[Request, int] = {}  # running request -> when admitted
         self._num_admitted = 0
@@ -214,6 +215,7 @@ class AsyncBulkScheduler(AsyncScheduler):
     def __init__(self, kv_cache, **rules):
         super().__init__(kv_cache, **rules)
         assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
+        kv_cache.defers_unshared_blocks = True  # no view reads the cache's entries here
         # Of the run offered last: per step modulo block_size, the ids of the decodes that take
         # a block in it, in running order (the order the rules allocate in)
         self._crossing: list[list[str]] = []

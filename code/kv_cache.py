@@ -55,6 +55,9 @@ class PagedKVCache:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.drop_last_hit = drop_last_hit  # EAGLE: the head needs the last hit block recomputed
+        self.defers_unshared_blocks = False  # speed only (bulk_scheduler.py, where no view reads
+        #   the cache's entries): a block nobody else can find (past TokenContent.shared_length)
+        #   is entered only when its own request could look for it again, once preempted
         self.pool = BlockPool(num_blocks)
         self.block_tables: dict[str, list[int]] = {}
         self.num_empty_slots = 0  # in held blocks, slots holding no token (the requests' tails)
@@ -204,10 +207,14 @@ class PagedKVCache:
 
     def _register_shared_blocks(self, request: Request, num_cached_tokens: int) -> None:
         """Give a cache entry to each of the request's full blocks of known tokens (those other
-        requests may share) that has none yet. Blocks of its own tokens wait for `free`."""
-        if request.content is None:
+        requests may share) that has none yet. Blocks of its own tokens wait for `free`, which
+        caches them if it is preempted: only then could somebody, itself, look for them; so do
+        blocks past its `shared_length` if `defers_unshared_blocks`."""
+        content = request.content
+        if content is None:
             return
-        num_full = min(num_cached_tokens, request.content.known_length) // self.block_size
+        known = content.num_shared_tokens if self.defers_unshared_blocks else content.known_length
+        num_full = min(num_cached_tokens, known) // self.block_size
         start = self._num_registered.get(request.request_id, 0)
         if start >= num_full:
             return

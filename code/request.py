@@ -80,11 +80,22 @@ class TokenContent:
     whether two KV blocks hold the same tokens. Runs cover positions 0 .. known_length - 1 in
     order; beyond them (outputs nobody knows in advance) a block's tokens are its own."""
     runs: tuple[TokenRun, ...]
+    shared_length: Optional[int] = None  # tokens before the first that no other request of the
+    #   run has (a trace's hash id no other row names; None: none such is known). A block past
+    #   it can be found by nobody else: kv_cache.py caches it only when its own request could
+    #   look for it again, as blocks of a request's own tokens are.
 
     @cached_property
     def known_length(self) -> int:
         last = self.runs[-1] if self.runs else None
         return last.start + last.length if last else 0
+
+    @property
+    def num_shared_tokens(self) -> int:
+        """Known tokens another request of the run may have too, from the first on."""
+        if self.shared_length is None:
+            return self.known_length
+        return min(self.shared_length, self.known_length)
 
     def block_keys(self, first_block: int, stop_block: int, block_size: int) -> list:
         """Keys for the tokens of blocks first_block .. stop_block - 1, as far as all of a
@@ -128,7 +139,8 @@ class TokenContent:
         return tuple(parts)
 
     @staticmethod
-    def of(prompt: list, output_token_ids: Optional[tuple[int, ...]] = None) -> "TokenContent":
+    def of(prompt: list, output_token_ids: Optional[tuple[int, ...]] = None,
+           shared_length: Optional[int] = None) -> "TokenContent":
         """`prompt`: TokenRun-making pieces in order: a tuple of token ids, or (source, length)
         for `length` named tokens of `source` from its start."""
         runs, start = [], 0
@@ -142,7 +154,7 @@ class TokenContent:
             start += length
         if output_token_ids:
             runs.append(TokenRun(start, len(output_token_ids), token_ids=tuple(output_token_ids)))
-        return TokenContent(tuple(run for run in runs if run.length))
+        return TokenContent(tuple(run for run in runs if run.length), shared_length)
 
 
 @dataclass(eq=False, slots=True)  # eq=False: two requests are never "equal", only the same

@@ -234,3 +234,59 @@ def test_runs_keep_output_tokens_per_second_as_a_chart_of_every_step_would():
             buckets[int(end_s - start_s)] += num_tokens
         assert per_second.peak(start_s) == max(buckets.values()) > 0, mode
         assert len(per_second.buckets) <= chart.end_s[-1] - start_s + 1 < len(chart.end_s)
+
+
+def mooncake_replay(tmp_path, rng: random.Random, num_rows: int, hash_block_size: int):
+    """A Mooncake trace of `num_rows` rows whose hash ids are drawn from a few shared openings
+    and from ids of their own, replayed through traces/replay.py (which counts the ids that
+    more than one row names)."""
+    import json
+    from traces.replay import trace_workload
+    lines, next_own_id = [], 1000
+    for index in range(num_rows):
+        hash_ids = [rng.randrange(4)] * rng.randint(0, 1) + [4 + rng.randrange(3)]
+        for _ in range(rng.randint(0, 3)):
+            hash_ids.append(next_own_id)
+            next_own_id += 1
+        prompt_len = hash_block_size * (len(hash_ids) - 1) + rng.randint(1, hash_block_size)
+        lines.append(json.dumps({"timestamp": 40 * index, "input_length": prompt_len,
+                                 "output_length": rng.randint(1, 60), "hash_ids": hash_ids}))
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return trace_workload(str(path), hash_block_size=hash_block_size)
+
+
+def test_blocks_only_their_own_request_names_are_cached_later_on_the_bulk_path_alone(
+        tmp_path, monkeypatch):
+    """On the bulk path a block past a request's first hash id that no other row names is
+    entered in the prefix cache only when that request is preempted (kv_cache.py,
+    defers_unshared_blocks): fewer entries made and dropped, every request served at the same
+    times as by the rules, which enter every full block of known tokens, synchronous and async,
+    on pools small enough to preempt (then the deferred blocks are entered and found again)."""
+    from block_pool import BlockPool
+    entered = {True: 0, False: 0}
+    cache_full_blocks = BlockPool.cache_full_blocks
+    path = [True]
+
+    def counted(pool, block_ids, block_hashes):
+        entered[path[0]] += len(block_ids)
+        cache_full_blocks(pool, block_ids, block_hashes)
+
+    monkeypatch.setattr(BlockPool, "cache_full_blocks", counted)
+    num_preempting = 0
+    for seed in range(8):
+        rng = random.Random(seed)
+        config = EngineConfig(block_size=4, max_model_len=256, default_chunked_budget=32,
+                              enable_prefix_caching=True,
+                              async_scheduling=rng.choice([True, False]))
+        workload = mooncake_replay(tmp_path, rng, 40, hash_block_size=8)
+        num_blocks = rng.choice([24, 48, 400])
+        path[0] = True
+        bulk = served(config, num_blocks, None, None, "chunked", [], workload)
+        path[0] = False
+        rules = served(config, num_blocks, None, None, "chunked", [EveryRequest()], workload)
+        assert bulk == rules, f"seed {seed}"
+        assert bulk[1]["prefix_cache_hits"] > 0
+        num_preempting += bulk[1]["num_preemptions"] > 0
+    assert entered[True] < entered[False]
+    assert num_preempting >= 2

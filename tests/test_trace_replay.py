@@ -95,3 +95,34 @@ def test_bad_trace_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert run.stderr == (f"servesim: error: {path}:7: output_len must be a whole number of "
                           "tokens, got 'x'\n")
     assert list(tmp_path.iterdir()) == [tmp_path / "trace.csv"]  # no step log, no partial file
+
+
+def mooncake_rows(tmp_path, rows: list[list[int]]) -> str:
+    """A Mooncake trace of one row per hash-id list, each prompt 10 tokens into its last id."""
+    import json
+    lines = [json.dumps({"timestamp": i, "input_length": 16 * (len(ids) - 1) + 10,
+                         "output_length": 4, "hash_ids": ids}) for i, ids in enumerate(rows)]
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_replay_knows_where_each_prompt_stops_sharing_hash_ids_with_the_others(tmp_path):
+    """The first pass counts the rows naming each hash id; a request's shared_length is its
+    prompt up to its first id no other replayed row names (None: every id is shared). Rows past
+    --num-prompts are not replayed, so they share nothing."""
+    path = mooncake_rows(tmp_path, [[1, 2, 3], [1, 2, 4, 5], [1, 6], [2, 3], [7, 1]])
+    contents = [r.content for r in trace_workload(path, hash_block_size=16).make_requests()]
+    assert [c.shared_length for c in contents] == [None, 32, 16, None, 0]
+    assert [c.num_shared_tokens for c in contents] == [42, 32, 16, 26, 0]
+    assert [c.known_length for c in contents] == [42, 58, 26, 26, 26]  # the router's: all
+    first_three = trace_workload(path, num_prompts=3, hash_block_size=16).make_requests()
+    assert [r.content.shared_length for r in first_three] == [32, 32, 16]
+
+
+def test_too_many_hash_ids_to_count_leave_every_block_shared(tmp_path, monkeypatch):
+    import traces.replay
+    monkeypatch.setattr(traces.replay, "MAX_COUNTED_HASH_IDS", 4)
+    path = mooncake_rows(tmp_path, [[1, 2, 3], [1, 2, 4, 5], [1, 6], [2, 3], [7, 1]])
+    contents = [r.content for r in trace_workload(path, hash_block_size=16).make_requests()]
+    assert [c.shared_length for c in contents] == [None] * 5

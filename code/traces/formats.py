@@ -171,14 +171,17 @@ DEFAULT_HASH_BLOCK_SIZE = 512  # prompt tokens per hash id in Mooncake's FAST'25
 HASH_ID_SOURCE = 1             # a hash id h names the tokens of source (1, h)
 
 
-def read_mooncake_rows(path: str, text: str, hash_block_size: int) -> Iterator[TraceRow]:
-    """One JSON object a line; its numbers go through the same checks as CSV text."""
+def read_mooncake_rows(path: str, text: str, hash_block_size: int,
+                       shared_ids: Optional[frozenset] = None) -> Iterator[TraceRow]:
+    """One JSON object a line; its numbers go through the same checks as CSV text.
+    `shared_ids`: the hash ids more than one row names (traces/replay.py), if known."""
     for line, line_text in enumerate(capped_lines(path, text), start=1):
         if line_text.strip():
-            yield mooncake_row(path, line, line_text, hash_block_size)
+            yield mooncake_row(path, line, line_text, hash_block_size, shared_ids)
 
 
-def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> TraceRow:
+def mooncake_row(path: str, line: int, text: str, hash_block_size: int,
+                 shared_ids: Optional[frozenset] = None) -> TraceRow:
     try:
         record = parse_json(text)
     except json.JSONDecodeError as error:
@@ -202,11 +205,13 @@ def mooncake_row(path: str, line: int, text: str, hash_block_size: int) -> Trace
                                     else None)
     return TraceRow(line, timestamp_ms / 1000, timestamp_text + " ms", prompt_len, output_len,
                     request_id, content=mooncake_content(path, line, record, prompt_len,
-                                                         output_len, hash_block_size))
+                                                         output_len, hash_block_size,
+                                                         shared_ids))
 
 
 def mooncake_content(path: str, line: int, record: dict, prompt_len: int, output_len: int,
-                     hash_block_size: int) -> Optional[TokenContent]:
+                     hash_block_size: int,
+                     shared_ids: Optional[frozenset] = None) -> Optional[TokenContent]:
     """What the row says its tokens are: `hash_ids` (Mooncake's: one id per `hash_block_size`
     prompt tokens, equal ids meaning equal tokens; the last block may be cut short) or
     `prompt_token_ids`, and optionally `output_token_ids` (the tokens it will generate, e.g. a
@@ -229,7 +234,8 @@ def mooncake_content(path: str, line: int, record: dict, prompt_len: int, output
                                           f"{hash_block_size})")
         pieces = [((HASH_ID_SOURCE, h), hash_block_size) for h in hash_ids[:num_ids]]
         pieces[-1] = (pieces[-1][0], prompt_len - hash_block_size * (num_ids - 1))
-        return TokenContent.of(pieces, outputs)
+        return TokenContent.of(pieces, outputs,
+                               shared_length(hash_ids[:num_ids], hash_block_size, shared_ids))
     if "prompt_token_ids" in record:
         prompt = token_ids(path, line, record, "prompt_token_ids")
         if len(prompt) != prompt_len:
@@ -290,6 +296,17 @@ def checked_request_id(path: str, line: int, request_id: Optional[str]) -> Optio
     return request_id
 
 
+def shared_length(hash_ids: list[int], hash_block_size: int,
+                  shared_ids: Optional[frozenset]) -> Optional[int]:
+    """Prompt tokens before the first hash id no other row names (None: unknown, or none)."""
+    if shared_ids is None:
+        return None
+    for index, hash_id in enumerate(hash_ids):
+        if hash_id not in shared_ids:
+            return index * hash_block_size
+    return None
+
+
 def trace_error(path: str, line: int, problem: str) -> WorkloadError:
     return WorkloadError(f"{path}:{line}: {problem}")
 
@@ -337,8 +354,10 @@ def detect_format(path: str, text: str) -> str:
 
 
 def trace_rows(path: str, text: str, trace_format: str,
-               hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE) -> Iterator[TraceRow]:
-    """The rows of a trace's text (read_trace_text); `path` names it in refusals."""
+               hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
+               shared_ids: Optional[frozenset] = None) -> Iterator[TraceRow]:
+    """The rows of a trace's text (read_trace_text); `path` names it in refusals. `shared_ids`:
+    Mooncake's hash ids that more than one row names, if known (traces/replay.py)."""
     if trace_format == "mooncake":
-        return read_mooncake_rows(path, text, hash_block_size)
+        return read_mooncake_rows(path, text, hash_block_size, shared_ids)
     return read_csv_rows(path, text, CSV_LAYOUTS[trace_format])

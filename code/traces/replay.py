@@ -18,20 +18,30 @@ share one block table.
 
 The file is read once (traces/formats.py); every mode parses that text again, row by row (the
 first pass, which checks every row, keeps the ids it has seen).
+
+The first pass of a Mooncake trace also counts which hash ids more than one of the replayed rows
+names (`HashIdSharing`). A block past a row's first hash id that no other row names can be found
+by no other request, so the prefix cache enters it only when its own request could look for it
+again, after a preemption (`TokenContent.shared_length`, kv_cache.py): the same blocks are found,
+with fewer cache entries made and dropped. Speed only: no output changes.
 """
 
 import math
+from collections import Counter
 from typing import Iterator, Optional
 
 from config import Range
-from request import Request
-from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, TRACE_FORMATS, TraceRow, detect_format,
-                            read_trace_text, trace_error, trace_rows)
+from request import Request, TokenContent
+from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, HASH_ID_SOURCE, TRACE_FORMATS, TraceRow,
+                            detect_format, read_trace_text, trace_error, trace_rows)
 from traces.shipped import trace_path
 from workload import LENGTH, Workload, WorkloadError, check_sending, closed_loop_note
 
 
 TIME_SCALE = Range(0, math.inf, why="1 keeps the trace's own gaps")
+MAX_COUNTED_HASH_IDS = 2**18  # distinct hash ids the first pass counts (some 20 MB; the whole
+#                               shipped Mooncake conversation trace names 182,790); past them it
+#                               stops, and every block of known tokens is cached as computed
 
 
 class TraceReplay:
@@ -43,10 +53,12 @@ class TraceReplay:
 
     def __init__(self, path: str, text: str, trace_format: str, num_prompts: Optional[int],
                  time_scale: float, hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
-                 check_ids: bool = False):
+                 check_ids: bool = False, shared_ids: Optional[frozenset] = None):
         self.path = path
         self.text = text  # the file's whole text, read once
         self.ids = RequestIds(path) if check_ids else None
+        self.sharing = HashIdSharing() if check_ids else None  # the first pass counts,
+        self.shared_ids = shared_ids                           # the others use what it found
         self.trace_format = trace_format
         self.hash_block_size = hash_block_size
         self.num_prompts = num_prompts  # None: every row
@@ -59,7 +71,7 @@ class TraceReplay:
         first_s: Optional[float] = None
         previous: Optional[TraceRow] = None
         for row in trace_rows(self.path, self.text, self.trace_format,
-                              self.hash_block_size):
+                              self.hash_block_size, self.shared_ids):
             if previous is not None and row.timestamp_s < previous.timestamp_s:
                 raise trace_error(self.path, row.line, f"time goes backwards: "
                                   f"{row.timestamp_text} is earlier than line {previous.line}'s "
@@ -73,6 +85,7 @@ class TraceReplay:
             arrival_s = (row.timestamp_s - first_s) * self.time_scale
             if self.ids is not None:
                 self.ids.check(row)
+                self.sharing.count(row.content)
             request_id = row.request_id or str(self.num_requests)
             self.num_requests += 1
             self.last_arrival_s = arrival_s
@@ -80,6 +93,28 @@ class TraceReplay:
                           content=row.content)
             if self.num_requests == self.num_prompts:
                 return
+
+
+class HashIdSharing:
+    """How many of a replay's rows name each hash id, counted on its first pass, up to
+    MAX_COUNTED_HASH_IDS distinct ones."""
+
+    def __init__(self):
+        self._num_rows: Optional[Counter] = Counter()  # hash id -> rows naming it; None: too many
+
+    def count(self, content: Optional[TokenContent]) -> None:
+        if self._num_rows is None or content is None:
+            return
+        self._num_rows.update({run.source[1] for run in content.runs
+                               if run.source is not None and run.source[0] == HASH_ID_SOURCE})
+        if len(self._num_rows) > MAX_COUNTED_HASH_IDS:
+            self._num_rows = None
+
+    def shared_ids(self) -> Optional[frozenset]:
+        """The hash ids more than one row names; None if they were too many to count."""
+        if self._num_rows is None:
+            return None
+        return frozenset(hash_id for hash_id, num_rows in self._num_rows.items() if num_rows > 1)
 
 
 class RequestIds:
@@ -139,9 +174,11 @@ def trace_workload(path: str, trace_format: Optional[str] = None,
         failed = f" ({skipped} failed rows skipped)" if skipped else ""
         raise WorkloadError(f"{path}: no requests to replay{failed}")
 
+    shared_ids = scan.sharing.shared_ids()
+
     def make_requests() -> Iterator[Request]:
         return iter(TraceReplay(path, text, trace_format, num_prompts, time_scale,
-                                hash_block_size))
+                                hash_block_size, shared_ids=shared_ids))
 
     params = {"name": "trace", "trace": name, "trace_format": trace_format,
               "num_prompts": num_prompts, "trace_time_scale": time_scale,
