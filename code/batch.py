@@ -208,7 +208,7 @@ class BatchScheduler(Protocol):
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineCall:
     """One pass of the engine loop (main.simulate): the batch it scheduled, and the output it
     read: the same batch's with synchronous scheduling, the previous one's with async

@@ -80,7 +80,7 @@ VERSIONS = {
 DEFAULT_VERSION = "0.30.0"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepCost:
     """One step's time in two parts: the GPU's forward pass and the CPU's work around it."""
     gpu_s: float

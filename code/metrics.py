@@ -256,7 +256,7 @@ class LatencyRecorder:
         """A step's inter-token gaps: (seconds, how many tokens followed that gap) pairs."""
         live = self.itl_gaps.live
         for itl_s, count in itls:
-            live[itl_s] += count
+            live[itl_s] = live.get(itl_s, 0) + count  # (a Counter's += calls __missing__)
         self.itl_gaps.bound()
 
     def completed(self) -> list[RequestRecord]:
