@@ -121,23 +121,27 @@ class AsyncScheduler(Scheduler):
         counts, and may finish it while it waits)."""
         result = StepResult()
         for scheduled in self._sampling.popleft():
-            request = scheduled.request
-            if request.is_finished:  # its last token came in the batch before: nothing to add
-                continue
-            running = request.status is RequestStatus.RUNNING
-            num_tokens = 1 + self._accepted(scheduled, result, rolls_back=running)
-            num_tokens = min(num_tokens, request.max_tokens - request.num_output_tokens)
-            finished = result.sample(request, now_s, self.max_model_len, num_tokens)
-            if not running:  # preempted meanwhile: a stale token, which may finish it waiting
-                if finished:
-                    self.waiting.remove(request)
-                continue
-            request.num_output_placeholders -= num_tokens
-            self.kv_cache.cache_known_tokens(
-                request, request.num_computed_tokens - request.num_output_placeholders)
-            if finished:
-                self._free_finished(request)
+            self._read_output(scheduled, result, now_s)
         return result
+
+    def _read_output(self, scheduled, result: StepResult, now_s: float) -> None:
+        """The token (and accepted drafts) one request of the batch sampled."""
+        request = scheduled.request
+        if request.is_finished:  # its last token came in the batch before: nothing to add
+            return
+        running = request.status is RequestStatus.RUNNING
+        num_tokens = 1 + self._accepted(scheduled, result, rolls_back=running)
+        num_tokens = min(num_tokens, request.max_tokens - request.num_output_tokens)
+        finished = result.sample(request, now_s, self.max_model_len, num_tokens)
+        if not running:  # preempted meanwhile: a stale token, which may finish it waiting
+            if finished:
+                self.waiting.remove(request)
+            return
+        request.num_output_placeholders -= num_tokens
+        self.kv_cache.cache_known_tokens(
+            request, request.num_computed_tokens - request.num_output_placeholders)
+        if finished:
+            self._free_finished(request)
 
     def _accepted(self, scheduled, result: StepResult, rolls_back: bool) -> int:
         """How many of the drafts the step verified the target accepted; the rejected ones are

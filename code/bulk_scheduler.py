@@ -36,26 +36,116 @@ checks that both paths give the same results.
 """
 
 import itertools
+from collections import deque
 from typing import Iterator, Optional
 
 from async_scheduling import AsyncScheduler
-from batch import (AdmissionLimit, DecodeRun, EngineStep, SchedulerOutput, StepResult)
-from request import Request
+from batch import (AdmissionLimit, DecodeRun, EngineStep, ScheduledRequest, SchedulerOutput,
+                   StepResult)
+from request import Request, RequestStatus
 from running_decodes import RunningDecodes
 from scheduler import Scheduler
 from static_batching import StaticBatchScheduler
 
 
-class BulkScheduler(Scheduler):
+class GroupedDecodes:
+    """What both bulk schedulers do with their group of running decodes (`self.decodes`): keep
+    RUNNING's admission order (the order the rules allocate in), give the group's crossing
+    members their blocks, and fast-forward runs of identical decode-only steps."""
+
+    def _init_group(self, kv_cache, tokens_in_flight: int) -> None:
+        assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
+        kv_cache.defers_unshared_blocks = True  # no view reads the cache's entries here
+        self.decodes = RunningDecodes(self.max_model_len, kv_cache.block_size, tokens_in_flight)
+        self._admission_order: dict[Request, int] = {}  # running request -> when admitted
+        self._num_admitted = 0
+
+    def _start_running(self, request: Request) -> None:
+        super()._start_running(request)
+        self._admission_order[request] = self._num_admitted
+        self._num_admitted += 1
+
+    def _free_finished(self, request: Request) -> None:
+        del self._admission_order[request]
+        super()._free_finished(request)
+
+    def _in_running_order(self, requests) -> list[Request]:
+        return sorted(requests, key=self._admission_order.__getitem__)
+
+    def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
+        """One token for every running decode. Those that fill their last block take a new one,
+        in running order; returns the budget left."""
+        kv_cache, decodes = self.kv_cache, self.decodes
+        crossing = self._in_running_order(decodes.crossing_now())
+        if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
+            kv_cache.append_blocks([request.request_id for request in crossing])
+        else:
+            self._append_blocks_or_preempt(crossing, output)
+        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
+            self._register_completed_blocks(decodes.step)
+        num_decodes = len(decodes)
+        kv_cache.add_decode_tokens(num_decodes)
+        output.add_decodes(num_decodes, decodes.num_context_tokens)
+        return token_budget - num_decodes
+
+    def _register_completed_blocks(self, step: int) -> None:
+        """The decodes that fill their last block in the step starting at group step `step` (the
+        ones crossing into a new block at the next) register it, as allocate_slots would."""
+        decodes = self.decodes
+        filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
+        for request in self._in_running_order(filling):
+            self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
+
+    def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
+        """A block each for the crossing decodes, in running order, preempting from the back of
+        RUNNING when the pool is empty, as `_allocate_or_preempt` does; a decode that has to
+        preempt itself ends the loop there (everybody after it went before it)."""
+        for request in crossing:
+            if request not in self.decodes:
+                continue  # preempted while an earlier decode looked for a block
+            while not self.kv_cache.num_free_blocks:
+                victim = self.running.pop()  # the most recently admitted
+                self._preempt(victim)
+                output.preempted.append(victim)
+                if victim is request:
+                    return
+            self.kv_cache.append_blocks([request.request_id])
+
+    def _decode_run_slots(self) -> Iterator[int]:
+        """Slots each coming decode-only step reserves, until one would finish somebody or the
+        pool could not hold its crossing decodes' blocks. With tokens in flight, a step putting
+        somebody's last token in flight is still one of the run (reading the batch before it
+        finishes nobody); the one after it, which skips that member, is not."""
+        decodes = self.decodes
+        num_free_blocks = self.kv_cache.num_free_blocks
+        step = decodes.step
+        while not decodes.finishes_at(step + 1 - decodes.tokens_in_flight):
+            num_crossing = len(decodes.crossing_at(step))
+            if num_crossing > num_free_blocks:
+                return
+            num_free_blocks -= num_crossing
+            yield num_crossing * self.kv_cache.block_size
+            step += 1
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
+        outputs at those times): what schedule and update would have done to the decodes in
+        each of them, in order."""
+        for end_s in step_ends_s:
+            crossing = self._in_running_order(self.decodes.crossing_now())
+            self.kv_cache.append_blocks([request.request_id for request in crossing])
+            if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
+                self._register_completed_blocks(self.decodes.step)
+            self.kv_cache.add_decode_tokens(run.num_seqs)
+            self._step_group(end_s)
+
+
+class BulkScheduler(GroupedDecodes, Scheduler):
     """vLLM V1's scheduler (scheduler.py), its running decodes scheduled as a group."""
 
     def __init__(self, kv_cache, **rules):
         super().__init__(kv_cache, **rules)
-        assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
-        kv_cache.defers_unshared_blocks = True  # no view reads the cache's entries here
-        self.decodes = RunningDecodes(self.max_model_len, kv_cache.block_size)
-        self._admission_order: dict[Request, int] = {}  # running request -> when admitted
-        self._num_admitted = 0
+        self._init_group(kv_cache, tokens_in_flight=0)
 
     # -- the rules' hooks, with the group kept up to date ----------------------------------------
 
@@ -68,20 +158,11 @@ class BulkScheduler(Scheduler):
             self.decodes.release_all()  # every request by the rules, this step
         return super()._schedule_running(output, token_budget, first)
 
-    def _start_running(self, request: Request) -> None:
-        super()._start_running(request)
-        self._admission_order[request] = self._num_admitted
-        self._num_admitted += 1
-
     def _preempt(self, request: Request) -> None:
         if request in self.decodes:
             self.decodes.remove(request)  # its own counters, synced, before its blocks go
         del self._admission_order[request]
         super()._preempt(request)
-
-    def _free_finished(self, request: Request) -> None:
-        del self._admission_order[request]
-        super()._free_finished(request)
 
     def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
         result = StepResult()
@@ -106,51 +187,15 @@ class BulkScheduler(Scheduler):
                 return False
         return True
 
-    def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
-        """One token for every running decode. Those that fill their last block take a new one,
-        in running order; returns the budget left."""
-        kv_cache, decodes = self.kv_cache, self.decodes
-        crossing = sorted(decodes.crossing_now(), key=self._admission_order.__getitem__)
-        if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
-            kv_cache.append_blocks([request.request_id for request in crossing])
-        else:
-            self._append_blocks_or_preempt(crossing, output)
-        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
-            self._register_completed_blocks(decodes.step)
-        num_decodes = len(decodes)
-        kv_cache.add_decode_tokens(num_decodes)
-        output.add_decodes(num_decodes, decodes.num_context_tokens)
-        return token_budget - num_decodes
-
-    def _register_completed_blocks(self, step: int) -> None:
-        """The decodes that fill their last block in the step starting at group step `step` (the
-        ones crossing into a new block at the next) register it, as allocate_slots would."""
-        decodes = self.decodes
-        filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
-        for request in sorted(filling, key=self._admission_order.__getitem__):
-            self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
-
-    def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
-        """A block each for the crossing decodes, in running order, preempting from the back of
-        RUNNING when the pool is empty, as `_allocate_or_preempt` does; a decode that has to
-        preempt itself ends the loop there (everybody after it went before it)."""
-        for request in crossing:
-            if request not in self.decodes:
-                continue  # preempted while an earlier decode looked for a block
-            while not self.kv_cache.num_free_blocks:
-                victim = self.running.pop()  # the most recently admitted
-                self._preempt(victim)
-                output.preempted.append(victim)
-                if victim is request:
-                    return
-            self.kv_cache.append_blocks([request.request_id])
+    def _step_group(self, now_s: float) -> None:
+        self.decodes.advance(now_s)  # (in a run of identical steps: nobody finishes)
 
     def _advance_decodes(self, result: StepResult, now_s: float) -> None:
         """The decode group's step: one token each, the same gap for each, a few finish."""
         itl_s, num_sampled, last_tokens = self.decodes.advance(now_s)
         result.num_bulk_sampled = num_sampled
         result.itls.append((itl_s, num_sampled))
-        for request in sorted(last_tokens, key=self._admission_order.__getitem__):
+        for request in self._in_running_order(last_tokens):
             result.finish_if_done(request, self.max_model_len)
             self._free_finished(request)
 
@@ -180,133 +225,148 @@ class BulkScheduler(Scheduler):
                          decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit)
 
-    def _decode_run_slots(self) -> Iterator[int]:
-        """Slots each coming decode-only step reserves, until one would finish somebody or the
-        pool could not hold its crossing decodes' blocks."""
-        decodes = self.decodes
-        num_free_blocks = self.kv_cache.num_free_blocks
-        step = decodes.step
-        while not decodes.finishes_at(step + 1):
-            num_crossing = len(decodes.crossing_at(step))
-            if num_crossing > num_free_blocks:
-                return
-            num_free_blocks -= num_crossing
-            yield num_crossing * self.kv_cache.block_size
-            step += 1
 
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
-        """The engine ran len(step_ends_s) steps of `run`: what schedule and update would have
-        done to the decodes in each of them, in order."""
-        for end_s in step_ends_s:
-            crossing = sorted(self.decodes.crossing_now(), key=self._admission_order.__getitem__)
-            self.kv_cache.append_blocks([request.request_id for request in crossing])
-            if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
-                self._register_completed_blocks(self.decodes.step)
-            self.kv_cache.add_decode_tokens(run.num_seqs)
-            self.decodes.advance(end_s)
+class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
+    """vLLM's async scheduler (async_scheduling.py), its running decodes scheduled and read as a
+    group; the engine fast-forwards runs of identical decode-only steps.
 
+    A member is a running decode that, between two passes of the batch queue, holds one output
+    placeholder (its token sampled by the batch in flight) and has computed every token it
+    knows, so that the rules give it one token in the next batch. A pass schedules the group
+    (the members filling their last block take a new one) and then reads the batch in flight,
+    which sampled a token for every member: the group steps once (running_decodes.py).
 
-class AsyncBulkScheduler(AsyncScheduler):
-    """vLLM's async scheduler (async_scheduling.py), every step by its rules, one request at a
-    time, except runs of identical decode-only steps, which the engine fast-forwards
-    (`repeat_identical_queued_steps`): it only asks here whether the coming steps are such a run
-    and hands back the times their outputs were read."""
+    A member leaves the group when its last token is in flight (the rules skip it in the next
+    batch; that token, read alone, finishes it), when it is preempted (its token in flight is
+    read alone, stale), and when a step takes the rules (the budget cannot give every member
+    its token: all leave, their tokens in flight read alone). A running decode right behind
+    the group in RUNNING joins it when the next batch is scheduled; its token in flight is then
+    read with the group's. Members' own counters catch up when they leave.
+    """
 
     def __init__(self, kv_cache, **rules):
         super().__init__(kv_cache, **rules)
-        assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
-        kv_cache.defers_unshared_blocks = True  # no view reads the cache's entries here
-        # Of the run offered last: per step modulo block_size, the ids of the decodes that take
-        # a block in it, in running order (the order the rules allocate in)
-        self._crossing: list[list[str]] = []
+        self._init_group(kv_cache, tokens_in_flight=1)
+        # per batch in flight, beside its sampling list: (admission order, member) of those that
+        # left the group since it was scheduled, whose token from it is read alone, first
+        self._read_alone: deque[list[tuple[int, Request]]] = deque()
+        self._leaving: list[Request] = []  # left at the latest read: their last token in flight
+
+    # -- the rules' hooks, with the group kept up to date ----------------------------------------
+
+    def schedule(self, now_s: float) -> SchedulerOutput:
+        output = super().schedule(now_s)
+        self._read_alone.append([])
+        return output
+
+    def _schedule_running(self, output: SchedulerOutput, token_budget: int,
+                          first: int = 0) -> tuple[int, bool]:
+        self._join_decodes(token_budget)
+        if self.decodes and len(self.decodes) <= token_budget:
+            token_budget = self._schedule_decodes_in_bulk(output, token_budget)
+            first = len(self.decodes) + sum(1 for request in self._leaving
+                                            if request.status is RequestStatus.RUNNING)
+        else:
+            self._leave_all()  # every request by the rules, this step
+        return super()._schedule_running(output, token_budget, first)
+
+    def _preempt(self, request: Request) -> None:
+        if request in self.decodes:
+            self.decodes.remove(request)  # synced, before its blocks go
+            self._read_alone_later(self._read_alone[-1], [request])
+        del self._admission_order[request]
+        super()._preempt(request)
+
+    def update_from_output(self, output: SchedulerOutput, now_s: float) -> StepResult:
+        """The oldest batch in flight's output: every member's token (the group steps), then
+        the tokens of those read alone: members that left since it was scheduled, in running
+        order, and the requests it scheduled one by one."""
+        result = StepResult()
+        sampling, read_alone = self._sampling.popleft(), self._read_alone.popleft()
+        self._leaving = []
+        if self.decodes:
+            itl_s, num_sampled = self._step_group(now_s)
+            result.num_bulk_sampled = num_sampled
+            result.itls.append((itl_s, num_sampled))
+        for _, request in sorted(read_alone, key=lambda entry: entry[0]):
+            self._read_output(ScheduledRequest(request, 1, 0), result, now_s)
+        for scheduled in sampling:
+            self._read_output(scheduled, result, now_s)
+        return result
+
+    def _step_group(self, now_s: float) -> tuple[float, int]:
+        """Every member's token in flight arrived at `now_s`: the group steps. Those whose last
+        token is in flight now leave it, to be read alone. Returns the gap and the members."""
+        itl_s, num_sampled, leaving = self.decodes.advance(now_s)
+        self._leaving = self._in_running_order(leaving)
+        self._read_alone_later(self._read_alone[-1], self._leaving)
+        return itl_s, num_sampled
+
+    # -- joining and leaving the group ---------------------------------------------------------
+
+    def _join_decodes(self, token_budget: int) -> None:
+        """The running decodes right behind the group (and its members leaving now) join it, in
+        running order, while the budget holds them: each with its one token in flight, sampled
+        by the batch in flight, every other token computed, at least one token out (its gap is
+        the group's) and more than the one in flight to come. Their tokens in flight are read
+        with the group's."""
+        if not self._sampling:
+            return  # nothing in flight
+        decodes, running, in_flight = self.decodes, self.running, self._sampling[-1]
+        index = len(decodes) + sum(1 for request in self._leaving
+                                   if request.status is RequestStatus.RUNNING)
+        while index < len(running) and len(decodes) < token_budget:
+            request = running[index]
+            if not self._may_join(request):
+                return
+            for position, scheduled in enumerate(in_flight):
+                if scheduled.request is request:
+                    del in_flight[position]
+                    break
+            decodes.join(request)
+            index += 1
+
+    def _may_join(self, request: Request) -> bool:
+        if (request.num_output_placeholders != 1 or request.num_draft_tokens
+                or request.num_computed_tokens != request.num_tokens
+                or not request.num_output_tokens or request.has_known_outputs):
+            return False
+        if self.decodes and request.last_token_s != self.decodes.last_sample_s:
+            return False
+        return min(request.max_tokens - request.num_output_tokens,
+                   self.max_model_len - request.num_tokens) > 1
+
+    def _leave_all(self) -> None:
+        members = self._in_running_order(self.decodes.members())
+        self.decodes.release_all()
+        if members:
+            self._read_alone_later(self._read_alone[-1], members)
+
+    def _read_alone_later(self, read_alone: list, requests: list[Request]) -> None:
+        """Members that left the group (synced): their token in flight is read alone. Their
+        hashed tokens are brought up to date too, as each token's arrival would have."""
+        for request in requests:
+            read_alone.append((self._admission_order[request], request))
+            self.kv_cache.cache_known_tokens(
+                request, request.num_computed_tokens - request.num_output_placeholders)
+
+    # -- identical steps in a row ----------------------------------------------------------------
 
     def identical_decode_steps(self) -> Optional[DecodeRun]:
         """The coming steps, while they are sure to be the same batch: every running request a
-        decode whose one token is in flight (sampled by the batch in flight, not its last), all
-        of them last sampled at the same time (so each step's tokens follow one gap), nobody
-        admissible (`waiting_limit`), and the pool holding the crossing decodes' new blocks.
-        None when the next step is not such a step.
-
-        With prefix caching the decodes' steps only take blocks (their own tokens are hashed,
-        never shared), unless one fills a block of tokens known in advance (a recorded answer):
-        then this is None, and the rules register the block when its token arrives."""
-        running = self.running
-        num_decodes = len(running)
-        sampling = self._sampling  # who each batch in flight samples
-        if not (num_decodes and len(sampling) == 1 and len(sampling[0]) == num_decodes):
-            return None  # somebody runs that the batch in flight does not sample
+        member of the group and nobody else's token in flight, nobody admissible
+        (`decodes_alone`), nobody's last token put in flight, and the pool holding the crossing
+        members' new blocks. None when the next step is not such a step."""
+        decodes, num_decodes = self.decodes, len(self.decodes)
+        if not (num_decodes and len(self.running) == num_decodes and len(self._sampling) == 1
+                and not self._sampling[0] and not self._read_alone[0]):
+            return None
         alone, limit = decodes_alone(self, num_decodes)
         if not alone:
             return None
-        num_steps = self._steps_of_decodes_alone()
-        if not num_steps:
-            return None
-        return DecodeRun(self._decode_run_slots(num_steps), num_decodes, num_decodes,
-                         sum(request.num_computed_tokens for request in running), 0,
-                         running[0].last_token_s, admission_limit=limit)
-
-    def _steps_of_decodes_alone(self) -> int:
-        """How many coming steps give every running request exactly one token, and read one
-        token for each that is not its last (0 if the next does not); the decodes that take a
-        block in each step are left in `_crossing`.
-
-        A decode is a running request with one token in flight and every other token computed.
-        The step that schedules it while its last token is in flight skips it, so a request
-        with `left` tokens to sample, this one in flight included, decodes for left - 1 steps.
-        """
-        block_size, max_model_len = self.kv_cache.block_size, self.max_model_len
-        checks_known_outputs = self.kv_cache.enable_prefix_caching
-        crossing: list[list[str]] = [[] for _ in range(block_size)]
-        last_token_s = self.running[0].last_token_s
-        if last_token_s is None:
-            return 0  # its first token is in flight: no gap to repeat
-        num_steps = max_model_len
-        for request in self.running:
-            computed = request.num_computed_tokens
-            if (request.num_output_placeholders != 1 or computed != request.num_tokens
-                    or request.last_token_s != last_token_s):
-                return 0  # not a decode in step with the others
-            if checks_known_outputs and request.has_known_outputs:
-                return 0
-            left = min(request.max_tokens - request.num_output_tokens,
-                       max_model_len - computed)
-            if left - 1 < num_steps:
-                num_steps = left - 1
-                if num_steps < 1:
-                    return 0
-            crossing[-computed % block_size].append(request.request_id)
-        self._crossing = crossing
-        return num_steps
-
-    def _decode_run_slots(self, num_steps: int) -> Iterator[int]:
-        """Slots each of the `num_steps` coming steps reserves, until the pool could not hold
-        its crossing decodes' blocks."""
-        crossing, block_size = self._crossing, self.kv_cache.block_size
-        num_free_blocks = self.kv_cache.num_free_blocks
-        for step in range(num_steps):
-            num_crossing = len(crossing[step % block_size])
-            if num_crossing > num_free_blocks:
-                return
-            num_free_blocks -= num_crossing
-            yield num_crossing * block_size
-
-    def apply_decode_run(self, run: DecodeRun, reads_s: list[float]) -> None:
-        """The engine ran len(reads_s) steps of `run`, reading the output of the batch before
-        each at those times: what schedule and update_from_output would have done in each of
-        them. Every decode computed one token a step and got one a step (its token in flight
-        is still the one placeholder); those crossing a block boundary took one, step by step
-        in running order; with prefix caching, each hashed its tokens as they arrived."""
-        kv_cache, crossing, num_steps = self.kv_cache, self._crossing, len(reads_s)
-        for step in range(num_steps):
-            kv_cache.append_blocks(crossing[step % len(crossing)])
-        kv_cache.add_decode_tokens(run.num_seqs * num_steps)
-        last_token_s = reads_s[-1]
-        for request in self.running:
-            request.num_computed_tokens += num_steps
-            request.num_output_tokens += num_steps
-            request.last_token_s = last_token_s
-            if kv_cache.enable_prefix_caching:
-                kv_cache.cache_known_tokens(request, request.num_computed_tokens - 1)
+        return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
+                         decodes.num_context_tokens, 0, decodes.last_sample_s,
+                         admission_limit=limit)
 
 
 def decodes_alone(scheduler: Scheduler, num_decodes: int) -> tuple[bool, Optional[AdmissionLimit]]:

@@ -33,9 +33,12 @@ class RunningDecodes:
     `block_size` None: no blocks to watch (STATIC's batch, whose KV is reserved contiguously).
     """
 
-    def __init__(self, max_model_len: int, block_size: Optional[int] = None):
+    def __init__(self, max_model_len: int, block_size: Optional[int] = None,
+                 tokens_in_flight: int = 0):
         self.block_size = block_size
         self.max_model_len = max_model_len
+        self.tokens_in_flight = tokens_in_flight  # async scheduling: 1, each member's latest
+        #   token still in flight; a member leaves at the step its last one is, not sampled
         self.step = 0              # group steps so far: every member advanced one token in each
         self.last_sample_s = 0.0   # when the last one ended: every member's last token time
         self._synced_at: dict[Request, int] = {}  # member -> group step its counters are synced to
@@ -88,9 +91,13 @@ class RunningDecodes:
             self.num_with_known_outputs += 1
 
     def _last_step(self, request: Request) -> int:
-        """The group step that samples a (synced) member's last token."""
+        """The group step that samples a (synced) member's last token (with a token in flight,
+        the step after which its last token is in flight)."""
         return self.step + min(request.max_tokens - request.num_output_tokens,
-                               self.max_model_len - request.num_tokens)
+                               self.max_model_len - request.num_tokens) - self.tokens_in_flight
+
+    def members(self) -> list[Request]:
+        return list(self._synced_at)
 
     def num_computed_tokens(self, request: Request) -> int:
         """A member's computed tokens now, without syncing it."""

@@ -124,10 +124,11 @@ def test_async_fast_forwards_with_prefix_caching_serve_every_request_at_the_same
 
 def test_async_scheduling_fast_forwards_decodes_alone(monkeypatch):
     """Eight prompts of 40 tokens sent at once for 200 outputs each, async scheduling: 201
-    steps, the prompts', 199 of the eight decodes and one reading their last tokens. All the
-    decode steps but the first (whose output is every request's first token, not a gap) are one
-    fast-forwarded run (AsyncBulkScheduler.apply_decode_run), with the same results as the rules
-    one step at a time."""
+    steps, the prompts', 199 of the eight decodes and one reading their last tokens. The decodes
+    form a group once their first tokens are out (the third step, AsyncBulkScheduler); every
+    decode step after it, to the one that puts their last tokens in flight, is one
+    fast-forwarded run (apply_decode_run): 197 steps, with the same results as the rules one
+    step at a time."""
     from bulk_scheduler import AsyncBulkScheduler
     fast_forwarded = []
     apply_decode_run = AsyncBulkScheduler.apply_decode_run
@@ -143,7 +144,7 @@ def test_async_scheduling_fast_forwards_decodes_alone(monkeypatch):
     rules = served(config, 256, rows, None, "chunked", [EveryRequest()])
     assert bulk == rules
     assert bulk[1]["num_steps"] == 201
-    assert fast_forwarded == [198]
+    assert fast_forwarded == [197]
 
 
 def test_a_budget_spent_by_decodes_alone_is_seen_the_same_on_both_paths():

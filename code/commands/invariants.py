@@ -45,7 +45,7 @@ from collections import Counter
 from config import ConfigError
 from kv_cache import PagedKVCache, num_blocks_for
 from request import RequestStatus
-from bulk_scheduler import BulkScheduler
+from bulk_scheduler import GroupedDecodes
 from scheduler import Scheduler
 from static_batching import StaticBatchScheduler
 
@@ -197,7 +197,7 @@ class InvariantChecker:
     def _sync(self) -> None:
         """The decodes counted in bulk, brought up to the group's step (running_decodes.py)."""
         scheduler = self.scheduler
-        if isinstance(scheduler, BulkScheduler):
+        if isinstance(scheduler, GroupedDecodes):
             scheduler.decodes.sync_all()
         elif isinstance(scheduler, StaticBatchScheduler):
             scheduler.unfinished.sync_all()
