@@ -1,38 +1,40 @@
 """The speed room: the same schedulers, with the running decodes counted as a group.
 
 Nothing here is a rule of vLLM's scheduler. Every rule a learner reads is in scheduler.py (vLLM
-V1) and static_batching.py (STATIC, NAIVE); the classes here subclass them and decide exactly
-what they decide, with less work per step:
+V1), async_scheduling.py and static_batching.py (STATIC, NAIVE); the classes here subclass them
+and decide exactly what they decide, with less work per step:
 
-    BulkScheduler             vLLM V1's rules, with the running decodes kept in bulk
-                              (running_decodes.py) whenever the rules would surely give each of
-                              them one token: the budget covers them, they all come before the
-                              running prompts, and the pool holds their new blocks (or the
-                              scheduler preempts as the rules do). Otherwise the step hands them
-                              back and follows the rules one request at a time.
+    GroupedDecodes            what both schedulers below do with their group (running_decodes.py):
+                              RUNNING's admission order, the crossing members' new blocks,
+                              runs of identical decode-only steps
+    BulkScheduler             vLLM V1's rules, with the running decodes kept in bulk whenever
+                              the rules would surely give each of them one token: the budget
+                              covers them, they all come before the running prompts, and the
+                              pool holds their new blocks (or the scheduler preempts as the
+                              rules do). Otherwise the step hands them back and follows the
+                              rules one request at a time.
+    AsyncBulkScheduler        vLLM's async scheduler, the same group with a token in flight for
+                              each member: scheduled with the next batch, read with the batch
+                              before; a member whose last token is in flight, or that is
+                              preempted, leaves, and that token is read alone
     BulkStaticBatchScheduler  STATIC's batch, its decodes counted instead of named
-    AsyncBulkScheduler        vLLM's async scheduler (async_scheduling.py), every step by its
-                              rules, one request at a time, but able to tell when the coming
-                              steps are the same decode-only batch: every running request a
-                              decode with its one token in flight, nobody admissible
     repeat_identical_decode_steps
                               after a step, the coming steps the scheduler is sure are the same
                               decode-only batch, priced and recorded without asking it again
     repeat_identical_queued_steps
                               the same under async scheduling, each step timed as the engine's
                               batch queue times it (a batch starts when the one before ends,
-                              whose output is read then); the decodes' counters, blocks and
-                              placeholders are brought up to date once per run
+                              whose output is read then)
     repeat_identical_steps    main.simulate's call after every pass: one of the two above
 
 The mode picks a class here when nobody needs every request of every step (a step log, a
 timeline, a block table do; a chart or the metrics do not) and speculative decoding is off (a
 speculating decode advances 1 + accepted tokens a step, drawn per request, which the group's one
-token a step for all cannot follow). Under async scheduling only the runs of identical steps go
-in bulk: a step with a prompt, a finish or a preemption in it is the rules' own, request by
-request, and so is every step while a decode's outputs are known in advance with prefix caching
-on (the blocks they fill are registered when their tokens arrive). tests/test_bulk_scheduler.py
-checks that both paths give the same results.
+token a step for all cannot follow). A decode whose outputs are known in advance (a recorded
+answer, whose blocks others may find) stays out of the async group, and while one is in the
+synchronous group its filled blocks are registered as the rules would. With prefix caching the
+pool here leaves out the cache entries nobody could hit (kv_cache.defers_unshared_blocks): no view
+reads them. tests/test_bulk_scheduler.py checks that both paths give the same results.
 """
 
 import itertools

@@ -20,6 +20,11 @@ The scheduler's rules (scheduler.py) are untouched by this: a member is a runnin
 exactly one token behind and decoded in the step before, so the rules would give it exactly one
 token this step too. A step that needs the rules one request at a time (a preemption, a decode
 squeezed out of the budget) hands every member back first (`release_all`).
+
+Under async scheduling (async_scheduling.py) a member also has one token in flight between two
+passes of the batch queue: the group steps when the batch in flight is read, and a member leaves
+one step before its last token would be sampled, when that token is the one in flight
+(`tokens_in_flight`).
 """
 
 from typing import Optional

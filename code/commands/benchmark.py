@@ -15,20 +15,18 @@ for it (what other users of a shared machine disturb less); us/step = wall micro
 engine step; out tok/wall s = simulated output tokens per wall second; x floor = output tokens
 per CPU second over the CPython floor's (below, also in CPU time); x before = the previous
 round's CPU time per engine step over this one's (above 1: faster now; `PREVIOUS`, measured on
-this machine; per step, because some workloads take other step counts since, the synthetic ones
-a third fewer), or wall over wall where the previous round timed only the wall (marked w, as
-noisy as the machine's load); peak MB = the process's maximum resident memory.
+this machine; per step, in case a workload takes other step counts since); peak MB = the
+process's maximum resident memory.
 
 The floor is the same machine's CPython running the tightest loop that touches every running
 request once per step (all work inlined, no calls): what a simulator that visits every request
 every step cannot beat. servesim's decode-heavy run is set beside it.
 
-Every workload runs vLLM's synchronous scheduler (--no-async-scheduling), whose running decodes
-the bulk path counts as a group (bulk_scheduler.py). Async scheduling, vLLM 0.30.0's default and
-servesim's, schedules with outputs in flight (async_scheduling.py) and serves every request one
-by one except in runs of decode-only steps, which the bulk path fast-forwards: on the long runs
-here, whose steps mostly hold a prompt chunk or a preemption, ten to twenty times slower, with
-results that follow vLLM's async scheduler instead.
+The workloads run vLLM's synchronous scheduler (--no-async-scheduling), as Vidur's comparison
+and the goals were set, except those named "async": vLLM 0.30.0's default and servesim's, which
+schedules each batch while the one before runs (async_scheduling.py). Both count their running
+decodes as a group (bulk_scheduler.py); async scheduling pays a little more a step, for the
+tokens in flight, and its results follow vLLM's async scheduler instead.
 """
 
 import json
@@ -36,6 +34,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 CODE = Path(__file__).resolve().parents[1]
@@ -53,14 +52,16 @@ VIDUR_CONFIG = EngineConfig(model="llama-2-7b", gpu="a100-80gb", max_model_len=4
                             max_num_batched_tokens=512, max_num_seqs=256,
                             num_gpu_blocks_override=7424, async_scheduling=False)
 DECODE_HEAVY_CONFIG = EngineConfig(model="llama-3.1-8b", gpu="h100-sxm5", async_scheduling=False)
-# The previous round's figures (this machine, 2026-12-01, under a load average of 4 to 9), for
-# the "x before" column: seconds of one simulation (CPU time, or wall where only the wall was
-# timed) and its engine steps.
-PREVIOUS = {"decode-heavy": ("cpu_s", 0.23, 8_417), "vidur-10k": ("cpu_s", 1.21, 27_372),
-            "synthetic-100k": ("cpu_s", 14.3, 472_807),
-            "synthetic-1m": ("wall_s", 405.0, 4_767_543),
-            "mooncake-2000-cached": ("cpu_s", 1.26, 12_275),
-            "mooncake-2000-uncached": ("cpu_s", 0.52, 10_048)}
+# The previous round's figures (this machine, 2026-12-02, main before the round, under a load
+# average below 2), for the "x before" column: CPU seconds of one simulation, engine steps.
+PREVIOUS = {"decode-heavy": (0.167, 8_417), "vidur-10k": (0.87, 27_352),
+            "synthetic-100k": (9.08, 296_720),
+            "synthetic-1m": (102.8, 2_958_858),
+            "mooncake-2000-cached": (0.399, 11_741),
+            "mooncake-2000-uncached": (0.252, 9_943),
+            "decode-heavy-async": (3.34, 8_423),
+            "vidur-10k-async": (8.65, 27_377),
+            "mooncake-2000-cached-async": (1.39, 11_972)}
 
 
 def vidur_trace():
@@ -73,10 +74,11 @@ def mooncake_2000():
     return trace_workload("mooncake-conversation", num_prompts=2000)  # code/traces/data/
 
 
-def default_engine(enable_prefix_caching: bool = True) -> EngineConfig:
+def default_engine(enable_prefix_caching: bool = True,
+                   async_scheduling: bool = False) -> EngineConfig:
     return EngineConfig(**{**knobs().engine_defaults(),
                            "enable_prefix_caching": enable_prefix_caching,
-                           "async_scheduling": False})
+                           "async_scheduling": async_scheduling})
 
 
 def vidur_like(num_prompts: int):
@@ -104,6 +106,15 @@ CASES = {
                              mooncake_2000, default_engine, ["chunked"]),
     "mooncake-2000-uncached": ("Mooncake conversation, 2,000 requests, no prefix caching",
                                mooncake_2000, lambda: default_engine(False), ["chunked"]),
+    "decode-heavy-async": ("decode-heavy, async scheduling",
+                           lambda: random_workload(1000, 1500, 0.0, num_prompts=1000),
+                           lambda: replace(DECODE_HEAVY_CONFIG, async_scheduling=True),
+                           ["chunked"]),
+    "vidur-10k-async": ("Vidur's 10k trace, async scheduling", vidur_trace,
+                        lambda: replace(VIDUR_CONFIG, async_scheduling=True), ["chunked"]),
+    "mooncake-2000-cached-async": ("Mooncake 2,000, prefix caching, async scheduling",
+                                   mooncake_2000, lambda: default_engine(True, True),
+                                   ["chunked"]),
 }
 ONCE = {"synthetic-1m"}  # a minute or more: simulated once, not three times
 
@@ -158,12 +169,11 @@ def run_in_fresh_process(case: str, mode_key: str) -> dict:
 
 
 def times_before(case: str, m: dict) -> str:
-    """The previous round's time per step over this one's: CPU over CPU, or wall over wall (w)."""
+    """The previous round's CPU time per step over this one's."""
     if case not in PREVIOUS:
         return "-"
-    kind, seconds, steps = PREVIOUS[case]
-    ratio = (seconds / steps) / (m[kind] / m["steps"])
-    return f"{ratio:.2f}" if kind == "cpu_s" else f"{ratio:.2f}w"
+    seconds, steps = PREVIOUS[case]
+    return f"{(seconds / steps) / (m['cpu_s'] / m['steps']):.2f}"
 
 
 def row(label: str, mode_name: str, m: dict, floor_tok_s: float, before: str) -> str:

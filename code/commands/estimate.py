@@ -2,7 +2,7 @@
 machine's memory cannot hold.
 
     servesim: a long run ahead: 10,000,000 requests, 15.3 G prompt and 2.0 G output tokens, about
-    33,644,485 engine steps a mode: roughly 72 min a mode on this machine, 17.2 GiB of memory;
+    33,644,485 engine steps a mode: roughly 20 min a mode on this machine, 17.2 GiB of memory;
     progress follows on a terminal, Ctrl-C stops it and leaves nothing behind
 
 A command that builds many workloads (sweep's points) is announced once, when their estimates
@@ -10,9 +10,9 @@ together pass ANNOUNCE_AFTER_S.
 
 The figures come from the first SAMPLE_REQUESTS requests of the workload (drawn again, cheap),
 scaled to all of them, and from what one step and one request cost servesim today, measured on
-the default workload (`run --num-prompts 20000 --request-rate inf --mode chunked`: 9.5 s,
-63,456 steps, 4.2 M output tokens, 33 MB above the interpreter's own; and one request of 400,000
-output tokens: 18.5 s, 163 MB):
+the default workload (`run --num-prompts 20000 --request-rate inf --mode chunked`: 2.5 s of
+simulation, 63,457 steps, 4.2 M output tokens, 41 MB; and one request of 400,000 output tokens
+on a B300: 3.3 s, 400,001 steps, 56 MB):
 
     wall time  SECONDS_PER_OUTPUT_TOKEN x output tokens + SECONDS_PER_STEP x steps
     memory     BYTES_PER_REQUEST x requests + BYTES_PER_STEP x steps  (a per-step sample and
@@ -38,8 +38,8 @@ from typing import Optional
 from config import ConfigError
 
 SAMPLE_REQUESTS = 256  # enough for a mean within a few percent; cheap for a sweep of many points
-SECONDS_PER_OUTPUT_TOKEN = 1.5e-6  # one request scheduled in one step (the default workload)
-SECONDS_PER_STEP = 40e-6           # one step's own cost, whatever its size (one request alone)
+SECONDS_PER_OUTPUT_TOKEN = 0.47e-6  # one request scheduled in one step (the default workload)
+SECONDS_PER_STEP = 7.8e-6           # one step's own cost, whatever its size (one request alone)
 BYTES_PER_REQUEST = 500
 BYTES_PER_STEP = 400
 ANNOUNCE_AFTER_S = 3.0             # a run estimated longer than this is announced
