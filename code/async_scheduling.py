@@ -34,7 +34,9 @@ holds 1 + k placeholders, as if all were accepted, and the next step verifies k 
 is read, a step later. So a request's last step may run after all: its finish was not sure.
 
 `AsyncScheduler` is vLLM's scheduler with placeholders; `BatchQueue` is the engine's queue of
-two batches, in place of main.py's `SyncSteps` (the mode chooses, modes.py).
+two batches, in place of main.py's `SyncSteps` (the mode chooses, modes.py). `AsyncBulkScheduler`
+(bulk_scheduler.py, speed only) is this scheduler with its running decodes scheduled and read as
+a group, deciding exactly what these rules decide.
 """
 
 from collections import deque

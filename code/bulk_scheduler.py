@@ -357,8 +357,9 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
     def identical_decode_steps(self) -> Optional[DecodeRun]:
         """The coming steps, while they are sure to be the same batch: every running request a
         member of the group and nobody else's token in flight, nobody admissible
-        (`decodes_alone`), nobody's last token put in flight, and the pool holding the crossing
-        members' new blocks. None when the next step is not such a step."""
+        (`decodes_alone`), and the pool holding the crossing members' new blocks; up to the step
+        that puts somebody's last token in flight (`_decode_run_slots`). None when the next step
+        is not such a step."""
         decodes, num_decodes = self.decodes, len(self.decodes)
         if not (num_decodes and len(self.running) == num_decodes and len(self._sampling) == 1
                 and not self._sampling[0] and not self._read_alone[0]):
