@@ -120,7 +120,7 @@ class BlockPool:
         first `num_cached_blocks` are full and hold a cache entry). Freed tail first; a block
         still held by another request stays where it is."""
         full, rest = block_ids[:num_cached_blocks], block_ids[num_cached_blocks:]
-        shared = self._extra_holders.keys() & block_ids
+        shared = self._extra_holders and self._extra_holders.keys() & block_ids
         if shared:  # another request still holds these: they stay where they are
             for block_id in shared:
                 self._let_go_of_shared(block_id)
@@ -220,8 +220,8 @@ class BlockPool:
         longer be found here (in whatever order they go)."""
         entry_of, block_of, later_blocks_of = self._entry_of, self._block_of, self._later_blocks_of
         block_hashes = list(map(entry_of.pop, block_ids))
-        if later_blocks_of.keys().isdisjoint(block_hashes):  # each the only block of its content
-            list(map(block_of.pop, block_hashes))  # (the blocks popped are not needed)
+        if not later_blocks_of or later_blocks_of.keys().isdisjoint(block_hashes):
+            list(map(block_of.pop, block_hashes))  # each the only block of its content
             return
         for block_id, block_hash in zip(block_ids, block_hashes):
             if block_hash in later_blocks_of:
