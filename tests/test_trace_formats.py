@@ -168,3 +168,32 @@ def test_a_trace_changed_after_it_was_read_serves_what_was_read(tmp_path):
     write(tmp_path, "plain.csv", PLAIN_CSV + "0.1,10,1,c\n")
     assert [(r.request_id, r.arrival_s) for r in workload.make_requests()] == first
     assert len(first) == workload.params["num_requests"]
+
+
+def test_a_trace_is_kept_compressed_and_read_back_as_the_file_splits_its_lines(tmp_path):
+    """Read once into gzip-compressed bytes (a fifth of a real trace's text, a quarter here): each
+    pass decodes it line by line, CRLF, CR and a quoted line break kept as a file opened with
+    newline="" keeps them, so the csv module reads the rows it would have."""
+    from commands.user_input import CompressedText
+    lines = ["arrival_s,prompt_len,output_len,id\r\n", "0.5,100,2,r0\r"] + [
+        f"{i},100,2,r{i}\n" for i in range(1, 20_000)]
+    path = write(tmp_path, "long.csv", "".join(lines))
+    text = CompressedText("--trace long.csv", path, WorkloadError)
+    assert len(text.data) < sum(map(len, lines)) / 3
+    assert list(text.lines(1000)) == list(text.lines(1000)) == lines
+    requests = list(trace_workload(path).make_requests())
+    assert [r.request_id for r in requests[:2]] == ["r0", "r1"] and len(requests) == 20_000
+    quoted = CompressedText("--trace q.csv", write(tmp_path, "q.csv", 'a,"b\nc"\r\nd\n'),
+                            WorkloadError)
+    assert list(quoted.lines(1000)) == ['a,"b\n', 'c"\r\n', "d\n"]
+
+
+def test_a_gz_trace_whose_text_passes_the_cap_is_refused_on_the_first_pass(tmp_path):
+    import gzip
+    from commands.user_input import CompressedText
+    path = tmp_path / "bomb.csv.gz"
+    path.write_bytes(gzip.compress(b"arrival_s,prompt_len,output_len\n" + b"0,1,1\n" * 1000))
+    text = CompressedText("--trace bomb.csv.gz", str(path), WorkloadError, what="trace",
+                          max_bytes=4000, gzipped=True)
+    with pytest.raises(WorkloadError, match="bomb.csv.gz: larger than 4,000 bytes"):
+        list(text.lines(100))

@@ -10,8 +10,9 @@ both exit status 2) naming the problem and what would be valid:
                 a FIFO never blocks the run; /dev/stdin counts as what it points to (a file
                 redirected in with `<` is read, a pipe or a terminal is refused). It is read
                 once, whole, at most MAX_FILE_BYTES, and decoded as UTF-8: every later pass
-                works on that text, so a file that changes while servesim runs cannot give two
-                passes different rows.
+                works on what was read, so a file that changes while servesim runs cannot give
+                two passes different rows. A trace is kept gzip-compressed and decoded line by
+                line on each pass (`CompressedText`), never held whole as text.
     a JSON text at most MAX_JSON_CHARS characters (files: MAX_FILE_BYTES), nested at most
                 MAX_JSON_DEPTH deep (Python's parser recurses), numbers finite (NaN, Infinity
                 and 1e999, a float that overflows, are refused), integers of at most
@@ -26,11 +27,14 @@ import json
 import os
 import re
 import stat
+import zlib
+from typing import Iterator
 
 MAX_FILE_BYTES = 256 * 2**20   # 256 MiB: 85x the largest shipped trace, well inside the memory
 MAX_JSON_CHARS = 2**20         # a JSON flag on the command line: 1 Mi characters
 MAX_JSON_DEPTH = 64            # vLLM's --save-result JSON nests 2 deep, a trace line 2
 MAX_INT_DIGITS = 18            # below 2^63: every integer a counter, a length or a time needs
+READ_CHUNK_BYTES = 2**20       # a file is read (and a trace compressed) a MiB at a time
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
@@ -57,6 +61,58 @@ def read_text_file(where: str, path: str, error: type, what: str = "it",
     """The whole of a regular file as text, read once; `where` begins each refusal
     (`--observed FILE`), `what` names the file in it ("trace"), `error` is its type.
     `gzipped`: the file is gzip data (the shipped traces), decompressed under the same cap."""
+    data = b"".join(_file_chunks(where, path, error, what, max_bytes))
+    if gzipped:
+        data = _gunzipped(where, what, data, max_bytes, error)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise _not_text(where, error) from None
+
+
+class CompressedText:
+    """A regular file read once, as read_text_file reads it, but kept gzip-compressed (a `.gz`
+    file as it is) and decoded line by line on each pass (`lines`), so that a long file is never
+    held as text: a trace of a million requests takes a fifth of its size. Its text is checked
+    as a pass meets it (UTF-8, gzip data whole, at most max_bytes characters): the first pass,
+    which reads it all, refuses what read_text_file would."""
+
+    def __init__(self, where: str, path: str, error: type, what: str = "it",
+                 max_bytes: int = MAX_FILE_BYTES, gzipped: bool = False):
+        self.where, self.error, self.what, self.max_bytes = where, error, what, max_bytes
+        chunks = _file_chunks(where, path, error, what, max_bytes)
+        if gzipped:
+            self.data = b"".join(chunks)
+        else:
+            compressor = zlib.compressobj(1, wbits=31)  # gzip's format, its fastest level
+            self.data = b"".join([*map(compressor.compress, chunks), compressor.flush()])
+
+    def lines(self, max_chars: int) -> Iterator[str]:
+        """The text's lines, split as a file opened with newline="" splits them (the csv module
+        sees quoted line breaks), each cut at max_chars + 1 characters (the caller refuses a
+        line that long)."""
+        num_chars = 0
+        with io.TextIOWrapper(gzip.GzipFile(fileobj=io.BytesIO(self.data)),
+                              encoding="utf-8-sig", newline="") as text:
+            while True:
+                try:
+                    line = text.readline(max_chars + 1)
+                except UnicodeDecodeError:
+                    raise _not_text(self.where, self.error) from None
+                except (OSError, EOFError) as failure:  # not gzip data, or cut short
+                    raise self.error(f"{self.where}: cannot read {self.what} ({failure})") from None
+                num_chars += len(line)
+                if num_chars > self.max_bytes:
+                    raise _too_large(self.where, self.max_bytes, self.error)
+                if not line:
+                    return
+                yield line
+
+
+def _file_chunks(where: str, path: str, error: type, what: str,
+                 max_bytes: int) -> Iterator[bytes]:
+    """A regular file's bytes, at most max_bytes, in chunks of READ_CHUNK_BYTES as they are
+    read; what it refuses by the file's kind or size is refused before the first."""
     try:
         status = os.stat(path)
     except FileNotFoundError:
@@ -70,23 +126,24 @@ def read_text_file(where: str, path: str, error: type, what: str = "it",
                     "reads a file whole, so give a file's path")
     if status.st_size > max_bytes:  # (a file of /proc says 0 and is capped as it is read)
         raise _too_large(where, max_bytes, error)
+    num_bytes = 0
     try:  # O_NONBLOCK: should a FIFO take the file's place since the stat, opening it won't wait
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(descriptor, "rb") as file:
             kind = os.fstat(file.fileno()).st_mode
             if not stat.S_ISREG(kind):
                 raise error(f"{where}: is {file_kind(kind)}, not a regular file")
-            data = file.read(max_bytes + 1)
+            while chunk := file.read(min(READ_CHUNK_BYTES, max_bytes + 1 - num_bytes)):
+                num_bytes += len(chunk)
+                if num_bytes > max_bytes:
+                    raise _too_large(where, max_bytes, error)
+                yield chunk
     except OSError as failure:
         raise error(f"{where}: cannot read {what} ({failure.strerror or failure})") from None
-    if len(data) > max_bytes:
-        raise _too_large(where, max_bytes, error)
-    if gzipped:
-        data = _gunzipped(where, what, data, max_bytes, error)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise error(f"{where}: not a text file; servesim reads UTF-8 text") from None
+
+
+def _not_text(where: str, error: type) -> Exception:
+    return error(f"{where}: not a text file; servesim reads UTF-8 text")
 
 
 def _gunzipped(where: str, what: str, data: bytes, max_bytes: int, error: type) -> bytes:

@@ -20,23 +20,22 @@ failed request with 0 response tokens; its reader marks such rows `failed` (trac
 and counts them). Other columns (BurstGPT's Model, Log Type) are ignored.
 
 A trace is read once, whole (commands/user_input.py: a regular file of at most 256 MiB of UTF-8),
-and every pass over it (the check, then each mode) parses that text, so a file that changes
-while servesim runs cannot give two passes different rows. No line may pass MAX_LINE_CHARS
+and kept gzip-compressed; every pass over it (the check, then each mode) decodes and parses it
+line by line, so a file that changes while servesim runs cannot give two passes different rows,
+and a long trace is never held as text. No line may pass MAX_LINE_CHARS
 characters: a file that is not a trace (one huge line) is refused there.
 A bad row raises one `WorkloadError` line naming the file, the line number and what is wrong.
 A file whose name ends in `.gz` is read through `gzip`, as the shipped traces are (shipped.py).
 """
 
 import csv
-import io
-import itertools
 import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterator, Optional
 
-from commands.user_input import JsonRefused, parse_json, read_text_file
+from commands.user_input import CompressedText, JsonRefused, parse_json
 from config import MAX_TOKENS, Range
 from request import TokenContent
 from workload import WorkloadError
@@ -109,7 +108,7 @@ CSV_LAYOUTS = {
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "csv")
 
 
-def read_csv_rows(path: str, text: str, layout: CsvLayout) -> Iterator[TraceRow]:
+def read_csv_rows(path: str, text: CompressedText, layout: CsvLayout) -> Iterator[TraceRow]:
     reader = csv.reader(capped_lines(path, text))
     try:
         columns = column_indexes(path, next(reader, []), layout)
@@ -171,7 +170,7 @@ DEFAULT_HASH_BLOCK_SIZE = 512  # prompt tokens per hash id in Mooncake's FAST'25
 HASH_ID_SOURCE = 1             # a hash id h names the tokens of source (1, h)
 
 
-def read_mooncake_rows(path: str, text: str, hash_block_size: int,
+def read_mooncake_rows(path: str, text: CompressedText, hash_block_size: int,
                        shared_ids: Optional[frozenset] = None) -> Iterator[TraceRow]:
     """One JSON object a line; its numbers go through the same checks as CSV text.
     `shared_ids`: the hash ids more than one row names (traces/replay.py), if known."""
@@ -311,30 +310,26 @@ def trace_error(path: str, line: int, problem: str) -> WorkloadError:
     return WorkloadError(f"{path}:{line}: {problem}")
 
 
-def capped_lines(path: str, text: str) -> Iterator[str]:
+def capped_lines(path: str, text: CompressedText) -> Iterator[str]:
     """The trace's lines (split as a file opened with newline="" splits them, so that the csv
     module sees quoted line breaks), refusing one longer than MAX_LINE_CHARS."""
-    file = io.StringIO(text, newline="")
-    for line_number in itertools.count(1):
-        text = file.readline(MAX_LINE_CHARS + 1)
-        if not text:
-            return
-        if len(text) > MAX_LINE_CHARS:
+    for line_number, line in enumerate(text.lines(MAX_LINE_CHARS), start=1):
+        if len(line) > MAX_LINE_CHARS:
             raise trace_error(path, line_number, f"longer than {MAX_LINE_CHARS:,} characters; a "
                                                  "trace line holds one request")
-        yield text
+        yield line
 
 
-def read_trace_text(path: str) -> str:
-    """The whole trace file as text, read once (see the module docstring); a `.gz` file
-    decompressed, under the same size cap."""
-    return read_text_file(f"--trace {path}", path, WorkloadError, what="trace",
+def read_trace_text(path: str) -> CompressedText:
+    """The trace file, read once (see the module docstring) and kept compressed; a `.gz` file
+    as it is, its text under the same size cap."""
+    return CompressedText(f"--trace {path}", path, WorkloadError, what="trace",
                           gzipped=path.endswith(".gz"))
 
 
 # -- which format ----------------------------------------------------------------------------
 
-def detect_format(path: str, text: str) -> str:
+def detect_format(path: str, text: CompressedText) -> str:
     """Tell the format from the first line: a JSON object is Mooncake, else the CSV header."""
     first_line = next(capped_lines(path, text), "")
     if not first_line.strip():
@@ -353,7 +348,7 @@ def detect_format(path: str, text: str) -> str:
                                f"--trace-format")
 
 
-def trace_rows(path: str, text: str, trace_format: str,
+def trace_rows(path: str, text: CompressedText, trace_format: str,
                hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
                shared_ids: Optional[frozenset] = None) -> Iterator[TraceRow]:
     """The rows of a trace's text (read_trace_text); `path` names it in refusals. `shared_ids`:

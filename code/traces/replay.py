@@ -30,6 +30,7 @@ import math
 from collections import Counter
 from typing import Iterator, Optional
 
+from commands.user_input import CompressedText
 from config import Range
 from request import Request, TokenContent
 from traces.formats import (DEFAULT_HASH_BLOCK_SIZE, HASH_ID_SOURCE, TRACE_FORMATS, TraceRow,
@@ -51,11 +52,12 @@ class TraceReplay:
     (requests, span, failed rows skipped) before any mode runs.
     """
 
-    def __init__(self, path: str, text: str, trace_format: str, num_prompts: Optional[int],
-                 time_scale: float, hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
+    def __init__(self, path: str, text: CompressedText, trace_format: str,
+                 num_prompts: Optional[int], time_scale: float,
+                 hash_block_size: int = DEFAULT_HASH_BLOCK_SIZE,
                  check_ids: bool = False, shared_ids: Optional[frozenset] = None):
         self.path = path
-        self.text = text  # the file's whole text, read once
+        self.text = text  # the file, read once, kept compressed
         self.ids = RequestIds(path) if check_ids else None
         self.sharing = HashIdSharing() if check_ids else None  # the first pass counts,
         self.shared_ids = shared_ids                           # the others use what it found
