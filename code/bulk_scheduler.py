@@ -266,8 +266,7 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
         self._join_decodes(token_budget)
         if self.decodes and len(self.decodes) <= token_budget:
             token_budget = self._schedule_decodes_in_bulk(output, token_budget)
-            first = len(self.decodes) + sum(1 for request in self._leaving
-                                            if request.status is RequestStatus.RUNNING)
+            first = self._group_span()
         else:
             self._leave_all()  # every request by the rules, this step
         return super()._schedule_running(output, token_budget, first)
@@ -315,8 +314,7 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
         if not self._sampling:
             return  # nothing in flight
         decodes, running, in_flight = self.decodes, self.running, self._sampling[-1]
-        index = len(decodes) + sum(1 for request in self._leaving
-                                   if request.status is RequestStatus.RUNNING)
+        index = self._group_span()
         while index < len(running) and len(decodes) < token_budget:
             request = running[index]
             if not self._may_join(request):
@@ -327,6 +325,13 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
                     break
             decodes.join(request)
             index += 1
+
+    def _group_span(self) -> int:
+        """How many of RUNNING's first requests the group spans: its members, and those that
+        left it at the latest read and still run (the rules skip them; the next read ends
+        them)."""
+        return len(self.decodes) + sum(1 for request in self._leaving
+                                       if request.status is RequestStatus.RUNNING)
 
     def _may_join(self, request: Request) -> bool:
         if (request.num_output_placeholders != 1 or request.num_draft_tokens
