@@ -53,7 +53,12 @@ from static_batching import StaticBatchScheduler
 class GroupedDecodes:
     """What both bulk schedulers do with their group of running decodes (`self.decodes`): keep
     RUNNING's admission order (the order the rules allocate in), give the group's crossing
-    members their blocks, and fast-forward runs of identical decode-only steps."""
+    members their blocks, and fast-forward runs of identical decode-only steps.
+
+    The group's lists (its members, each step's crossing and finishing ones) are already in
+    RUNNING's order, with no sorting: a request joins from right behind the group, or is
+    admitted after it, so every member was admitted before it, and the lists keep joining
+    order. commands/invariants.py checks this after every step of every test's run."""
 
     def _init_group(self, kv_cache, tokens_in_flight: int) -> None:
         assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
@@ -71,18 +76,15 @@ class GroupedDecodes:
         del self._admission_order[request]
         super()._free_finished(request)
 
-    def _in_running_order(self, requests) -> list[Request]:
-        return sorted(requests, key=self._admission_order.__getitem__)
-
     def _schedule_decodes_in_bulk(self, output: SchedulerOutput, token_budget: int) -> int:
         """One token for every running decode. Those that fill their last block take a new one,
         in running order; returns the budget left."""
         kv_cache, decodes = self.kv_cache, self.decodes
-        crossing = self._in_running_order(decodes.crossing_now())
+        crossing = decodes.crossing_now()  # in running order, as the group's lists all are
         if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
             kv_cache.append_blocks([request.request_id for request in crossing])
         else:
-            self._append_blocks_or_preempt(crossing, output)
+            self._append_blocks_or_preempt(list(crossing), output)
         if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
             self._register_completed_blocks(decodes.step)
         num_decodes = len(decodes)
@@ -95,7 +97,7 @@ class GroupedDecodes:
         ones crossing into a new block at the next) register it, as allocate_slots would."""
         decodes = self.decodes
         filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
-        for request in self._in_running_order(filling):
+        for request in filling:
             self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
 
     def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
@@ -134,7 +136,7 @@ class GroupedDecodes:
         outputs at those times): what schedule and update would have done to the decodes in
         each of them, in order."""
         for end_s in step_ends_s:
-            crossing = self._in_running_order(self.decodes.crossing_now())
+            crossing = self.decodes.crossing_now()
             self.kv_cache.append_blocks([request.request_id for request in crossing])
             if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
                 self._register_completed_blocks(self.decodes.step)
@@ -197,7 +199,7 @@ class BulkScheduler(GroupedDecodes, Scheduler):
         itl_s, num_sampled, last_tokens = self.decodes.advance(now_s)
         result.num_bulk_sampled = num_sampled
         result.itls.append((itl_s, num_sampled))
-        for request in self._in_running_order(last_tokens):
+        for request in last_tokens:
             result.finish_if_done(request, self.max_model_len)
             self._free_finished(request)
 
@@ -299,7 +301,7 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
         """Every member's token in flight arrived at `now_s`: the group steps. Those whose last
         token is in flight now leave it, to be read alone. Returns the gap and the members."""
         itl_s, num_sampled, leaving = self.decodes.advance(now_s)
-        self._leaving = self._in_running_order(leaving)
+        self._leaving = leaving
         self._read_alone_later(self._read_alone[-1], self._leaving)
         return itl_s, num_sampled
 
@@ -344,7 +346,7 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
                    self.max_model_len - request.num_tokens) > 1
 
     def _leave_all(self) -> None:
-        members = self._in_running_order(self.decodes.members())
+        members = self.decodes.members()
         self.decodes.release_all()
         if members:
             self._read_alone_later(self._read_alone[-1], members)

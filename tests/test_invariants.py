@@ -103,3 +103,20 @@ def test_the_checker_catches_a_request_that_finished_short():
     checker, step = checker_and_step(result=StepResult(finished=[request]))
     with pytest.raises(InvariantViolation, match="ended RequestStatus.FINISHED with 3 of 5"):
         checker(step)
+
+
+def test_the_checker_catches_a_decode_group_out_of_running_order():
+    config = EngineConfig(max_model_len=64, async_scheduling=False)
+    checker = InvariantChecker(MODES["chunked"], config)
+    scheduler = checker.make_scheduler(config, 8, random.Random(0), in_bulk=True)
+    assert isinstance(scheduler, BulkScheduler)
+    first, second = Request("a", 0.0, 4, 5), Request("b", 0.0, 4, 5)
+    for request in (first, second):
+        scheduler.add_request(request)
+    scheduler.update_from_output(scheduler.schedule(0.0), 0.01)  # both prefilled: decodes
+    scheduler.decodes.release_all()
+    scheduler.decodes.join(second)  # b joins before a, which RUNNING admitted first
+    scheduler.decodes.join(first)
+    _, step = checker_and_step()
+    with pytest.raises(InvariantViolation, match=r"out of RUNNING's order: \['b', 'a'\]"):
+        checker(step)

@@ -198,9 +198,22 @@ class InvariantChecker:
         """The decodes counted in bulk, brought up to the group's step (running_decodes.py)."""
         scheduler = self.scheduler
         if isinstance(scheduler, GroupedDecodes):
+            self._check_group_order(scheduler)
             scheduler.decodes.sync_all()
         elif isinstance(scheduler, StaticBatchScheduler):
             scheduler.unfinished.sync_all()
+
+    def _check_group_order(self, scheduler) -> None:
+        """The bulk schedulers read the group's members, and each step's crossing ones, in the
+        order they joined, as RUNNING's order (bulk_scheduler.GroupedDecodes)."""
+        decodes, position = scheduler.decodes, {r: i for i, r in enumerate(scheduler.running)}
+        lists = [decodes.members()] + [list(decodes.crossing_at(step))
+                                       for step in range(decodes.block_size)]
+        for requests in lists:
+            order = [position.get(request, -1) for request in requests]
+            if order != sorted(order) or -1 in order:
+                fail(f"the decode group's members are out of RUNNING's order: "
+                     f"{[request.request_id for request in requests]}")
 
     def _check_requests(self, full: bool) -> None:
         """Every running request; the waiting ones on a full check (the queue can be long), the
