@@ -58,7 +58,8 @@ class GroupedDecodes:
     The group's lists (its members, each step's crossing and finishing ones) are already in
     RUNNING's order, with no sorting: a request joins from right behind the group, or is
     admitted after it, so every member was admitted before it, and the lists keep joining
-    order. commands/invariants.py checks this after every step of every test's run."""
+    order (a finishing list is a part of the members' in joining order). commands/invariants.py
+    checks the members' and the crossing ones' order after every step of every test's run."""
 
     def _init_group(self, kv_cache, tokens_in_flight: int) -> None:
         assert not self.speculation.num_speculative_tokens, "speculation takes the rules"
