@@ -100,9 +100,7 @@ class SchedulerOutput:
         self.scheduled.append(scheduled)
         self.num_scheduled_tokens += num_new_tokens
         self.num_context_tokens += num_context_tokens
-        # Causal: new token i attends to the whole context and to the i new tokens up to it.
-        self.num_attention_pairs += (num_new_tokens * num_context_tokens
-                                     + num_new_tokens * (num_new_tokens + 1) // 2)
+        self.num_attention_pairs += attention_pairs(num_new_tokens, num_context_tokens)
         if scheduled.is_decode:
             self.num_decode_tokens += num_new_tokens
 
@@ -114,6 +112,12 @@ class SchedulerOutput:
         self.num_context_tokens += num_context_tokens
         self.num_attention_pairs += num_context_tokens + num_decodes
         self.num_decode_tokens += num_decodes
+
+
+def attention_pairs(num_new_tokens: int, num_context_tokens: int) -> int:
+    """(query, key) pairs of one request's new tokens. Causal: new token i attends to the whole
+    context and to the i new tokens up to it."""
+    return num_new_tokens * num_context_tokens + num_new_tokens * (num_new_tokens + 1) // 2
 
 
 @dataclass(slots=True)
@@ -165,13 +169,15 @@ class StepResult:
 
 @dataclass(slots=True)
 class DecodeRun:
-    """The same decode-only batch, step after step, until something changes.
+    """The same batch, step after step, until something changes: decodes, and perhaps one
+    prompt whose chunk spends the rest of the token budget in every step.
 
     A bulk scheduler (bulk_scheduler.py, speed only) offers one (`identical_decode_steps`) when
-    it is sure that its coming steps each give the same running requests one token, admitting,
-    finishing and preempting nobody; only the context grows, by `num_seqs` a step. Those steps
-    are then priced and recorded without asking the scheduler again, and it is handed their end
-    times (`apply_decode_run`; under async scheduling, the times their outputs were read).
+    it is sure that its coming steps each give the same running requests one token (and the
+    prompt the same chunk), admitting, finishing and preempting nobody; only the context grows,
+    by `num_seqs` a step (and the prompt's by its chunk). Those steps are then priced and
+    recorded without asking the scheduler again, and it is handed their end times
+    (`apply_decode_run`; under async scheduling, the times their outputs were read).
     """
     new_slots_reserved: Iterator[int]  # per coming step: KV slots it reserves (new blocks x
     #                                    block_size); the iterator ends where the run must
@@ -183,6 +189,9 @@ class DecodeRun:
     num_idle_slots: int = 0    # per step: STATIC's empty seats while requests wait (the run
     #                            stops at the next arrival, so the queue does not change in it)
     admission_limit: Optional[AdmissionLimit] = None  # per step: what keeps WAITING's head out
+    prompt: Optional[Request] = None  # a running prompt behind the decodes, chunked each step
+    num_prompt_tokens: int = 0        # its chunk, each step (the budget the decodes leave)
+    prompt_context_tokens: int = 0    # what its first chunk attends to; each adds its own
 
 
 class BatchScheduler(Protocol):

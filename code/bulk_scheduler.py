@@ -44,6 +44,7 @@ from typing import Iterator, Optional
 from async_scheduling import AsyncScheduler
 from batch import (AdmissionLimit, DecodeRun, EngineStep, ScheduledRequest, SchedulerOutput,
                    StepResult)
+from kv_cache import num_blocks_for
 from request import Request, RequestStatus
 from running_decodes import RunningDecodes
 from scheduler import Scheduler
@@ -104,44 +105,95 @@ class GroupedDecodes:
     def _append_blocks_or_preempt(self, crossing: list[Request], output: SchedulerOutput) -> None:
         """A block each for the crossing decodes, in running order, preempting from the back of
         RUNNING when the pool is empty, as `_allocate_or_preempt` does; a decode that has to
-        preempt itself ends the loop there (everybody after it went before it)."""
-        for request in crossing:
-            if request not in self.decodes:
-                continue  # preempted while an earlier decode looked for a block
-            while not self.kv_cache.num_free_blocks:
+        preempt itself ends the loop there (everybody after it went before it). Those the
+        free blocks hold take them at once: nobody is preempted until the pool is empty."""
+        kv_cache, decodes = self.kv_cache, self.decodes
+        index = 0
+        while index < len(crossing):
+            num_free_blocks = kv_cache.num_free_blocks
+            if not num_free_blocks:
+                request = crossing[index]
+                if request not in decodes:
+                    index += 1  # preempted while an earlier decode looked for a block
+                    continue
                 victim = self.running.pop()  # the most recently admitted
                 self._preempt(victim)
                 output.preempted.append(victim)
                 if victim is request:
                     return
-            self.kv_cache.append_blocks([request.request_id])
+                continue
+            taking = []
+            while index < len(crossing) and len(taking) < num_free_blocks:
+                request = crossing[index]
+                index += 1
+                if request in decodes:  # (else preempted by an earlier decode)
+                    taking.append(request.request_id)
+            kv_cache.append_blocks(taking)
 
-    def _decode_run_slots(self) -> Iterator[int]:
+    def _decode_run_slots(self, prompt: Optional[Request] = None,
+                          num_prompt_tokens: int = 0) -> Iterator[int]:
         """Slots each coming decode-only step reserves, until one would finish somebody or the
         pool could not hold its crossing decodes' blocks. With tokens in flight, a step putting
         somebody's last token in flight is still one of the run (reading the batch before it
-        finishes nobody); the one after it, which skips that member, is not."""
-        decodes = self.decodes
-        num_free_blocks = self.kv_cache.num_free_blocks
+        finishes nobody); the one after it, which skips that member, is not.
+
+        With a `prompt` behind the decodes, each step also gives it a chunk of
+        `num_prompt_tokens`, up to the step whose chunk would not spend them all (or would end
+        its prompt), and its new blocks are taken after the decodes' (in running order)."""
+        decodes, kv_cache = self.decodes, self.kv_cache
+        num_free_blocks = kv_cache.num_free_blocks
         step = decodes.step
+        if prompt is not None:
+            num_computed = prompt.num_computed_tokens
+            num_held = len(kv_cache.block_tables.get(prompt.request_id, ()))
         while not decodes.finishes_at(step + 1 - decodes.tokens_in_flight):
-            num_crossing = len(decodes.crossing_at(step))
-            if num_crossing > num_free_blocks:
+            num_new_blocks = len(decodes.crossing_at(step))
+            if prompt is not None:
+                if not self._chunk_spends_budget(prompt, num_computed, num_prompt_tokens):
+                    return
+                num_computed += num_prompt_tokens
+                num_prompt_blocks = num_blocks_for(num_computed, kv_cache.block_size) - num_held
+                num_held += num_prompt_blocks
+                num_new_blocks += num_prompt_blocks
+            if num_new_blocks > num_free_blocks:
                 return
-            num_free_blocks -= num_crossing
-            yield num_crossing * self.kv_cache.block_size
+            num_free_blocks -= num_new_blocks
+            yield num_new_blocks * kv_cache.block_size
             step += 1
+
+    def _chunk_spends_budget(self, request: Request, num_computed: int, token_budget: int) -> bool:
+        """Would the rules give a running prompt with `num_computed` tokens computed a chunk of
+        the whole `token_budget` (`_num_new_tokens`), leaving it a prompt still (no sample)?"""
+        num_left = request.num_tokens - num_computed
+        return (num_left > token_budget and self._cap_long_prefill(num_left) >= token_budget
+                and self.max_model_len - 1 - num_computed >= token_budget)
 
     def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
         """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
         outputs at those times): what schedule and update would have done to the decodes in
-        each of them, in order."""
+        each of them, in order. Decodes alone take the blocks of all the steps at once, in the
+        same order: nothing is freed in between, so the pool hands out the same blocks."""
+        kv_cache, decodes, num_steps = self.kv_cache, self.decodes, len(step_ends_s)
+        if run.prompt is None and not (kv_cache.enable_prefix_caching
+                                       and decodes.num_with_known_outputs):
+            kv_cache.append_blocks([request.request_id for step in range(decodes.step,
+                                                                         decodes.step + num_steps)
+                                    for request in decodes.crossing_at(step)])
+            kv_cache.add_decode_tokens(run.num_seqs * num_steps)
+            for end_s in step_ends_s:
+                self._step_group(end_s)
+            return
+        prompt, num_prompt_tokens = run.prompt, run.num_prompt_tokens
         for end_s in step_ends_s:
             crossing = self.decodes.crossing_now()
             self.kv_cache.append_blocks([request.request_id for request in crossing])
             if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
                 self._register_completed_blocks(self.decodes.step)
             self.kv_cache.add_decode_tokens(run.num_seqs)
+            if prompt is not None:  # its chunk, as the rules allocate and apply it
+                self.kv_cache.allocate_slots(prompt, prompt.num_computed_tokens,
+                                             num_prompt_tokens)
+                prompt.num_computed_tokens += num_prompt_tokens
             self._step_group(end_s)
 
 
@@ -215,8 +267,13 @@ class BulkScheduler(GroupedDecodes, Scheduler):
         With prefix caching, a head that does not fit stays so too: the blocks decodes take can
         only evict what it would find, and a free block it finds costs a block all the same.
         Unless a decode fills a block of tokens known in advance (a recorded answer): that block
-        is registered, and the head may find it."""
+        is registered, and the head may find it.
+
+        Or the group and one running prompt behind it, while its chunk spends the rest of the
+        budget (`decodes_and_a_chunk`)."""
         decodes, num_decodes = self.decodes, len(self.decodes)
+        if num_decodes and len(self.running) == num_decodes + 1:
+            return self.decodes_and_a_chunk(num_decodes)
         if not (num_decodes and len(self.running) == num_decodes):
             return None
         alone, limit = decodes_alone(self, num_decodes)
@@ -229,6 +286,25 @@ class BulkScheduler(GroupedDecodes, Scheduler):
         return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
                          decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit)
+
+    def decodes_and_a_chunk(self, num_decodes: int) -> Optional[DecodeRun]:
+        """The coming steps of the group and the one running prompt behind it in RUNNING, while
+        they are sure to be the same: the budget the decodes leave is the prompt's chunk, all of
+        it (so WAITING's head waits for the budget), and does not end the prompt; nobody
+        finishes; the pool holds the decodes' and the chunk's new blocks."""
+        decodes, prompt = self.decodes, self.running[-1]
+        num_prompt_tokens = self.max_num_batched_tokens - num_decodes
+        if (prompt in decodes or decodes.finishes_at(decodes.step + 1)
+                or (self.kv_cache.enable_prefix_caching and decodes.num_with_known_outputs)
+                or not self._chunk_spends_budget(prompt, prompt.num_computed_tokens,
+                                                 num_prompt_tokens)):
+            return None
+        limit = AdmissionLimit.TOKEN_BUDGET if self.waiting else None
+        return DecodeRun(self._decode_run_slots(prompt, num_prompt_tokens), num_decodes,
+                         num_decodes, decodes.num_context_tokens, 0, decodes.last_sample_s,
+                         admission_limit=limit, prompt=prompt,
+                         num_prompt_tokens=num_prompt_tokens,
+                         prompt_context_tokens=prompt.num_computed_tokens)
 
 
 class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
@@ -454,30 +530,39 @@ def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s:
     due (it must be admitted first). Returns the clock after them (`clock_s` if none ran)."""
     if not isinstance(scheduler, BULK_SCHEDULERS):
         return clock_s  # the rules, one step at a time
+    next_arrival_s = arrivals.next_arrival_s()
+    if next_arrival_s is not None and next_arrival_s <= clock_s:
+        return clock_s  # the next pass admits it first
     run = scheduler.identical_decode_steps()
     if run is None:
         return clock_s
-    next_arrival_s = arrivals.next_arrival_s()
     kv_cache = scheduler.kv_cache
     reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
     context, last_token_s = run.num_context_tokens, run.last_token_s
-    step_ends_s = []
-    for new_slots in run.new_slots_reserved:
+    num_prompt_tokens, prompt_context = run.num_prompt_tokens, run.prompt_context_tokens
+    steps, itls_s, step_ends_s = [], [], []  # (seconds, slots reserved, used) each, for the
+    for new_slots in run.new_slots_reserved:  # recorder; the gaps; when each step ended
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             break
-        reserved, used = reserved + new_slots, used + run.num_sampled
-        step_s = clock.decode_step_time_s(run.num_seqs, context)
+        reserved, used = reserved + new_slots, used + run.num_sampled + num_prompt_tokens
+        if num_prompt_tokens:
+            step_s = clock.chunk_step_time_s(run.num_seqs, context, num_prompt_tokens,
+                                             prompt_context)
+        else:
+            step_s = clock.decode_step_time_s(run.num_seqs, context)
         clock_s += step_s
-        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
-                                    num_waiting=len(scheduler.waiting))
+        steps.append((step_s, reserved, used))
+        itls_s.append(clock_s - last_token_s)
         if observers:
-            _observe_decode_run_step(observers, scheduler, recorder, run, context,
-                                     clock_s - step_s, step_s, clock_s - last_token_s, reserved,
-                                     used)
+            _observe_decode_run_step(observers, scheduler, recorder.num_steps + len(steps) - 1,
+                                     run, context, clock_s - step_s, step_s,
+                                     clock_s - last_token_s, reserved, used, prompt_context)
         step_ends_s.append(clock_s)
         context += run.num_seqs
+        prompt_context += num_prompt_tokens
         last_token_s = clock_s
-    if step_ends_s:
+    if steps:
+        recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
         scheduler.apply_decode_run(run, step_ends_s)
     return clock_s
 
@@ -509,7 +594,7 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
     reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
     context, last_token_s = run.num_context_tokens, run.last_token_s
     batch, previous_end_s = queue.in_flight
-    reads_s = []
+    steps, itls_s, reads_s = [], [], []  # as in repeat_identical_decode_steps
     for new_slots in run.new_slots_reserved:
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             break
@@ -519,15 +604,17 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
         queue.gpu_free_s = start_s + step_s
         clock_s = max(clock_s, previous_end_s)  # the batch before is read when it ends
         previous_end_s = queue.gpu_free_s
-        recorder.on_decode_run_step(step_s, run, clock_s - last_token_s, reserved, used,
-                                    num_waiting=len(scheduler.waiting))
+        steps.append((step_s, reserved, used))
+        itls_s.append(clock_s - last_token_s)
         if observers:
-            _observe_decode_run_step(observers, scheduler, recorder, run, context, start_s,
-                                     step_s, clock_s - last_token_s, reserved, used)
+            _observe_decode_run_step(observers, scheduler, recorder.num_steps + len(steps) - 1,
+                                     run, context, start_s, step_s, clock_s - last_token_s,
+                                     reserved, used)
         reads_s.append(clock_s)
         context += run.num_seqs
         last_token_s = clock_s
-    if reads_s:
+    if steps:
+        recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
         # The run's last batch samples the same requests as the batch in flight before it did:
         # that batch (and the scheduler's sampling list of it) stands for it, ending later.
         queue.in_flight = (batch, previous_end_s)
@@ -535,11 +622,13 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
     return clock_s
 
 
-def _observe_decode_run_step(observers, scheduler, recorder, run, context, start_s, step_s,
-                             itl_s, reserved, used) -> None:
+def _observe_decode_run_step(observers, scheduler, step_index, run, context, start_s, step_s,
+                             itl_s, reserved, used, prompt_context: int = 0) -> None:
     """What an observer of sums (a chart) sees of one repeated step: the step as it ran."""
     batch = SchedulerOutput()
     batch.add_decodes(run.num_seqs, context)
+    if run.prompt is not None:
+        batch.add(run.prompt, run.num_prompt_tokens, prompt_context)
     batch.num_padding_tokens = run.num_padding_tokens
     result = StepResult(num_bulk_sampled=run.num_sampled, itls=[(itl_s, run.num_sampled)])
     free_blocks = scheduler.num_free_blocks  # the pool is not touched until the run is applied
@@ -547,6 +636,6 @@ def _observe_decode_run_step(observers, scheduler, recorder, run, context, start
         kv_cache = scheduler.kv_cache
         free_blocks -= (reserved - kv_cache.num_reserved_slots) // kv_cache.block_size
     for observe in observers:
-        observe(EngineStep(recorder.num_steps - 1, start_s, step_s, batch, result,
+        observe(EngineStep(step_index, start_s, step_s, batch, result,
                            len(scheduler.running), len(scheduler.waiting), free_blocks, reserved,
                            used))

@@ -159,11 +159,10 @@ class ReplicaRecorder:
         self.shared.on_step(step_s, batch, result, reserved_slots, used_slots, start_s=start_s,
                             num_waiting=num_waiting)
 
-    def on_decode_run_step(self, step_s, run, itl_s, reserved_slots, used_slots, *,
-                           num_waiting) -> None:
-        self.stats.count_step(step_s, reserved_slots)
-        self.shared.on_decode_run_step(step_s, run, itl_s, reserved_slots, used_slots,
-                                       num_waiting=num_waiting)
+    def on_decode_run(self, run, steps, itls_s, *, num_waiting) -> None:
+        for step_s, reserved_slots, _ in steps:
+            self.stats.count_step(step_s, reserved_slots)
+        self.shared.on_decode_run(run, steps, itls_s, num_waiting=num_waiting)
 
     def on_finished(self, request) -> None:
         """Rejected on arrival by this replica."""

@@ -129,18 +129,18 @@ class EngineCounters:
                 reserved_slots: int, used_slots: int, *, start_s: float, num_waiting: int) -> None:
         """`reserved_slots` and `used_slots` are the KV cache's state while the step ran, which
         began at `start_s` with `num_waiting` requests left waiting."""
-        self._count_step(step_s, batch.num_seqs, batch.num_scheduled_tokens,
-                         batch.num_padding_tokens, batch.num_decode_tokens, batch.num_idle_slots,
-                         reserved_slots, used_slots)
+        steps = ((step_s, reserved_slots, used_slots),)
+        self._count_steps(steps, batch.num_seqs, batch.num_scheduled_tokens,
+                          batch.num_padding_tokens, batch.num_decode_tokens, batch.num_idle_slots)
         self.num_prompt_padding_tokens += batch.num_prompt_padding_tokens
-        if batch.num_scheduled_tokens > batch.num_decode_tokens:  # prompt tokens in the step
+        has_prompts = batch.num_scheduled_tokens > batch.num_decode_tokens
+        if has_prompts:  # prompt tokens in the step
             self.prompt_busy_s += step_s
             self.num_decode_tokens_beside_prompts += batch.num_decode_tokens
         elif num_waiting:
             self.decode_only_waiting_s += step_s
         self.num_preemptions += len(batch.preempted)
-        self._count_waiting(step_s, num_waiting, batch.admission_limit,
-                            has_prompts=batch.num_scheduled_tokens > batch.num_decode_tokens)
+        self._count_waiting(steps, num_waiting, batch.admission_limit, has_prompts)
         for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began
             #                               long ago)
             request = scheduled.request
@@ -162,40 +162,63 @@ class EngineCounters:
         for _, num_drafts, num_accepted in result.verified:
             self.spec_decoding.observe_draft(num_drafts, num_accepted)
 
-    def on_decode_run_step(self, step_s: float, run: DecodeRun, reserved_slots: int,
-                           used_slots: int, *, num_waiting: int) -> None:
-        """One step of a DecodeRun: what `on_step` records for such a step."""
-        self._count_step(step_s, run.num_seqs, run.num_seqs, run.num_padding_tokens,
-                         run.num_seqs, run.num_idle_slots, reserved_slots, used_slots)
-        if num_waiting:
-            self.decode_only_waiting_s += step_s
-        self._count_waiting(step_s, num_waiting, run.admission_limit, has_prompts=False)
+    def on_decode_run(self, run: DecodeRun, steps: list[tuple[float, int, int]], *,
+                      num_waiting: int) -> None:
+        """Steps of a DecodeRun, in order, each (seconds, reserved slots, used slots): what
+        `on_step` records for each such step (the same batch, with `num_waiting` waiting)."""
+        num_decodes, num_prompt_tokens = run.num_seqs, run.num_prompt_tokens
+        self._count_steps(steps, num_decodes + (run.prompt is not None),
+                          num_decodes + num_prompt_tokens, run.num_padding_tokens, num_decodes,
+                          run.num_idle_slots)
+        if num_prompt_tokens:  # a chunk of a prompt beside the decodes
+            self.prompt_busy_s = _plus_each_step(self.prompt_busy_s, steps)
+            self.num_decode_tokens_beside_prompts += num_decodes * len(steps)
+            self.num_prefill_tokens += num_prompt_tokens * len(steps)
+        elif num_waiting:
+            self.decode_only_waiting_s = _plus_each_step(self.decode_only_waiting_s, steps)
+        self._count_waiting(steps, num_waiting, run.admission_limit, num_prompt_tokens > 0)
 
-    def _count_waiting(self, step_s: float, num_waiting: int, limit, has_prompts: bool) -> None:
-        """`num_waiting` requests were left waiting by a step of `step_s`; `limit` (an
-        AdmissionLimit, or None in NAIVE and STATIC) kept the head out."""
-        self.waiting_request_seconds += num_waiting * step_s
+    def _count_waiting(self, steps, num_waiting: int, limit, has_prompts: bool) -> None:
+        """`num_waiting` requests were left waiting by each of `steps` ((seconds, ...) each);
+        `limit` (an AdmissionLimit, or None in NAIVE and STATIC) kept the head out."""
+        if num_waiting:
+            waiting_request_seconds = self.waiting_request_seconds
+            for step_s, _, _ in steps:
+                waiting_request_seconds += num_waiting * step_s
+            self.waiting_request_seconds = waiting_request_seconds
         if num_waiting > self.peak_num_waiting:
             self.peak_num_waiting = num_waiting
         if limit is AdmissionLimit.TOKEN_BUDGET:
-            self.waiting_s["prompt_budget" if has_prompts else "decode_budget"] += step_s
+            cause = "prompt_budget" if has_prompts else "decode_budget"
         elif limit is not None:
-            self.waiting_s[limit.value] += step_s
+            cause = limit.value
+        else:
+            return
+        self.waiting_s[cause] = _plus_each_step(self.waiting_s[cause], steps)
 
-    def _count_step(self, step_s: float, num_seqs: int, num_tokens: int, num_padding_tokens: int,
-                    num_decode_tokens: int, num_idle_slots: int, reserved_slots: int,
-                    used_slots: int) -> None:
-        self.num_steps += 1
-        self.num_scheduled_seqs += num_seqs
-        self.num_computed_tokens += num_tokens
-        self.num_padding_tokens += num_padding_tokens
-        self.num_decode_tokens += num_decode_tokens
-        self.busy_s += step_s
-        self.idle_slot_seconds += num_idle_slots * step_s
-        self.reserved_slot_seconds += reserved_slots * step_s
-        self.wasted_slot_seconds += (reserved_slots - used_slots) * step_s
-        if reserved_slots > self.peak_reserved_slots:
-            self.peak_reserved_slots = reserved_slots
+    def _count_steps(self, steps, num_seqs: int, num_tokens: int, num_padding_tokens: int,
+                     num_decode_tokens: int, num_idle_slots: int) -> None:
+        """Steps of one batch, each (seconds, KV slots reserved, KV slots used) in order; every
+        sum of seconds adds them one at a time, as step after step would."""
+        num_steps = len(steps)
+        self.num_steps += num_steps
+        self.num_scheduled_seqs += num_seqs * num_steps
+        self.num_computed_tokens += num_tokens * num_steps
+        self.num_padding_tokens += num_padding_tokens * num_steps
+        self.num_decode_tokens += num_decode_tokens * num_steps
+        busy_s, idle_s = self.busy_s, self.idle_slot_seconds
+        reserved_s, wasted_s = self.reserved_slot_seconds, self.wasted_slot_seconds
+        peak = self.peak_reserved_slots
+        for step_s, reserved_slots, used_slots in steps:
+            busy_s += step_s
+            idle_s += num_idle_slots * step_s
+            reserved_s += reserved_slots * step_s
+            wasted_s += (reserved_slots - used_slots) * step_s
+            if reserved_slots > peak:
+                peak = reserved_slots
+        self.busy_s, self.idle_slot_seconds = busy_s, idle_s
+        self.reserved_slot_seconds, self.wasted_slot_seconds = reserved_s, wasted_s
+        self.peak_reserved_slots = peak
 
     def summary(self) -> dict:
         """The counters, named as in the JSON README documents (%, ms, tokens, per step)."""
@@ -244,3 +267,11 @@ class EngineCounters:
 
 def _pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
+
+
+def _plus_each_step(total_s: float, steps) -> float:
+    """`total_s` plus each step's seconds, one at a time (as step after step adds them; `sum`
+    may round otherwise)."""
+    for step_s, _, _ in steps:
+        total_s += step_s
+    return total_s

@@ -87,8 +87,12 @@ class StepCost:
     cpu_s: float
 
     def wall_s(self, async_scheduling: bool) -> float:
-        """The step's share of the clock: sync, the GPU waits for the CPU; async, the CPU's
-        work for the next step runs while this one is on the GPU (the longer of the two)."""
-        if async_scheduling:
-            return max(self.gpu_s, self.cpu_s)
-        return self.gpu_s + self.cpu_s
+        return step_wall_s(self.gpu_s, self.cpu_s, async_scheduling)
+
+
+def step_wall_s(gpu_s: float, cpu_s: float, async_scheduling: bool) -> float:
+    """The step's share of the clock: sync, the GPU waits for the CPU; async, the CPU's work
+    for the next step runs while this one is on the GPU (the longer of the two)."""
+    if async_scheduling:
+        return max(gpu_s, cpu_s)
+    return gpu_s + cpu_s

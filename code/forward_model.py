@@ -46,9 +46,9 @@ import copy
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from batch import SchedulerOutput
+from batch import SchedulerOutput, attention_pairs
 from config import EngineConfig
-from engine_overhead import VERSIONS, StepCost
+from engine_overhead import VERSIONS, StepCost, step_wall_s
 from gpu_memory import lookup
 from moe import expert_streaming
 from presets import DTYPE_BYTES, GpuSpec, ModelSpec
@@ -218,6 +218,15 @@ class RooflineClock:
         """A step of `num_seqs` decodes only: what step_time_s prices such a batch at."""
         return self.price(num_seqs, num_seqs, num_context_tokens + num_seqs, num_context_tokens)
 
+    def chunk_step_time_s(self, num_decodes: int, num_context_tokens: int, num_chunk_tokens: int,
+                          chunk_context_tokens: int) -> float:
+        """A step of `num_decodes` decodes and one prompt's chunk: what step_time_s prices such
+        a batch at."""
+        num_pairs = (num_context_tokens + num_decodes
+                     + attention_pairs(num_chunk_tokens, chunk_context_tokens))
+        return self.price(num_decodes + num_chunk_tokens, num_decodes + 1, num_pairs,
+                          num_context_tokens + chunk_context_tokens)
+
     def shortest_step_s(self) -> float:
         """The cheapest step there is: one token of one sequence with nothing cached."""
         return self.price(1, 1, 1, 0)
@@ -225,8 +234,8 @@ class RooflineClock:
     def price(self, num_tokens: int, num_seqs: int, num_pairs: int,
               num_context_tokens: int) -> float:
         """Seconds for one step computing `num_tokens` new tokens of `num_seqs` sequences."""
-        return self.cost(num_tokens, num_seqs, num_pairs, num_context_tokens).wall_s(
-            self.async_scheduling)
+        return step_wall_s(self.gpu_s(num_tokens, num_seqs, num_pairs, num_context_tokens),
+                           self.cpu_s(num_seqs), self.async_scheduling)
 
     def cost(self, num_tokens: int, num_seqs: int, num_pairs: int,
              num_context_tokens: int) -> StepCost:
@@ -260,11 +269,14 @@ class RooflineClock:
                     num_context_tokens: float) -> float:
         """Attention: (query, key) pairs' FLOPs against reading and writing the KV cache, the
         sliding-window layers' within their window."""
-        sliding_compute_s, sliding_memory_s = self.sliding.cost_s(num_tokens, num_seqs, num_pairs,
-                                                                  num_context_tokens)
-        return roofline_s(num_pairs * self.attention_s_per_pair + sliding_compute_s,
-                          (num_context_tokens + num_tokens) * self.kv_s_per_token
-                          + sliding_memory_s)
+        compute_s = num_pairs * self.attention_s_per_pair
+        memory_s = (num_context_tokens + num_tokens) * self.kv_s_per_token
+        if self.sliding.window:
+            sliding_compute_s, sliding_memory_s = self.sliding.cost_s(
+                num_tokens, num_seqs, num_pairs, num_context_tokens)
+            compute_s += sliding_compute_s
+            memory_s += sliding_memory_s
+        return roofline_s(compute_s, memory_s)
 
     def all_reduces_s(self, num_tokens: float) -> float:
         """Two all-reduces per layer of the step's hidden states (none without TP; with expert
@@ -340,6 +352,13 @@ class LinearClock:
     def decode_step_time_s(self, num_seqs: int, num_context_tokens: int) -> float:
         """A step of `num_seqs` decodes only: what step_time_s prices such a batch at."""
         return self.step_s + self.prefill_token_s * 0 + self.decode_token_s * num_seqs
+
+    def chunk_step_time_s(self, num_decodes: int, num_context_tokens: int, num_chunk_tokens: int,
+                          chunk_context_tokens: int) -> float:
+        """A step of `num_decodes` decodes and one prompt's chunk: what step_time_s prices such
+        a batch at."""
+        return (self.step_s + self.prefill_token_s * num_chunk_tokens
+                + self.decode_token_s * num_decodes)
 
     def shortest_step_s(self) -> float:
         """The cheapest step there is: one token, prompt or decode, whichever costs less."""

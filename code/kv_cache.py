@@ -168,13 +168,15 @@ class PagedKVCache:
         num_hashed = min(num_hashed, request.num_computed_tokens)
         num_full_blocks = num_hashed // self.block_size  # with a hash: they go to the back
         num_registered = self._num_registered.pop(request.request_id, 0)
+        num_with_entries = num_registered  # (its leading blocks: found cached, or registered)
         if not self.enable_prefix_caching:
             num_full_blocks = 0  # no block holds a cache entry
         elif preempted:
             hashes = self.block_hashes(request, num_full_blocks)
             self.pool.cache_full_blocks(block_ids[num_registered:num_full_blocks],
                                         hashes[num_registered:num_full_blocks])
-        self.pool.free(block_ids, num_full_blocks)
+            num_with_entries = num_full_blocks
+        self.pool.free(block_ids, num_full_blocks, num_with_entries)
 
     # -- prefix caching ----------------------------------------------------------------------
 

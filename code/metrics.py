@@ -105,6 +105,15 @@ class GapCounts:
     def add(self, itl_s: float, count: int) -> None:
         self.live[itl_s] += count
 
+    def add_each(self, itls_s: list[float], count: int) -> None:
+        """Gaps of steps in a row, each followed by `count` tokens (bounded after each, as
+        step after step would be)."""
+        live = self.live
+        for itl_s in itls_s:
+            live[itl_s] = live.get(itl_s, 0) + count
+            if len(live) >= self.LIVE_LIMIT:
+                self._move_live()
+
     def bound(self) -> None:
         """Called after each step: move the gaps out of the Counter once it holds too many."""
         if len(self.live) >= self.LIVE_LIMIT:
@@ -359,12 +368,12 @@ class RunRecorder:
         for request in result.finished:
             self.on_finished(request)
 
-    def on_decode_run_step(self, step_s: float, run: DecodeRun, itl_s: float,
-                           reserved_slots: int, used_slots: int, *, num_waiting: int) -> None:
-        """One step of a DecodeRun: what `on_step` records for such a step."""
-        self.counters.on_decode_run_step(step_s, run, reserved_slots, used_slots,
-                                         num_waiting=num_waiting)
-        self.latencies.on_gaps(((itl_s, run.num_sampled),))
+    def on_decode_run(self, run: DecodeRun, steps: list[tuple[float, int, int]],
+                      itls_s: list[float], *, num_waiting: int) -> None:
+        """Steps of a DecodeRun, in order: each (seconds, KV slots reserved, KV slots used)
+        and the gap before its tokens: what `on_step` records for each such step."""
+        self.counters.on_decode_run(run, steps, num_waiting=num_waiting)
+        self.latencies.itl_gaps.add_each(itls_s, run.num_sampled)
 
     def summary(self) -> dict:
         """The run's metrics, named as in the JSON README documents (ms, s, per second)."""
