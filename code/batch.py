@@ -39,7 +39,7 @@ class ScheduledRequest:
                 and self.num_context_tokens >= self.request.prompt_len)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PrefixLookup:
     """A request admitted with prefix caching on: what it looked up and found (vLLM's stats)."""
     request_id: str

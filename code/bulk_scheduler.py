@@ -84,13 +84,13 @@ class GroupedDecodes:
         kv_cache, decodes = self.kv_cache, self.decodes
         crossing = decodes.crossing_now()  # in running order, as the group's lists all are
         if len(crossing) <= kv_cache.num_free_blocks:  # the pool holds them all: most steps
-            kv_cache.append_blocks([request.request_id for request in crossing])
+            kv_cache.append_blocks(crossing)
         else:
-            self._append_blocks_or_preempt(list(crossing), output)
+            self._append_blocks_or_preempt(list(crossing.values()), output)
         if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
             self._register_completed_blocks(decodes.step)
         num_decodes = len(decodes)
-        kv_cache.add_decode_tokens(num_decodes)
+        kv_cache.fill_slots(num_decodes)  # each decode's next token
         output.add_decodes(num_decodes, decodes.num_context_tokens)
         return token_budget - num_decodes
 
@@ -98,7 +98,8 @@ class GroupedDecodes:
         """The decodes that fill their last block in the step starting at group step `step` (the
         ones crossing into a new block at the next) register it, as allocate_slots would."""
         decodes = self.decodes
-        filling = [request for request in decodes.crossing_at(step + 1) if request.has_known_outputs]
+        filling = [request for request in decodes.crossing_at(step + 1).values()
+                   if request.has_known_outputs]
         for request in filling:
             self.kv_cache.register_completed_block(request, decodes.num_computed_tokens(request) + 1)
 
@@ -144,17 +145,15 @@ class GroupedDecodes:
         num_free_blocks = kv_cache.num_free_blocks
         step = decodes.step
         if prompt is not None:
-            num_computed = prompt.num_computed_tokens
-            num_held = len(kv_cache.block_tables.get(prompt.request_id, ()))
+            num_computed, chunk_blocks = prompt.num_computed_tokens, self._chunk_blocks(prompt,
+                                                                                num_prompt_tokens)
         while not decodes.finishes_at(step + 1 - decodes.tokens_in_flight):
             num_new_blocks = len(decodes.crossing_at(step))
             if prompt is not None:
                 if not self._chunk_spends_budget(prompt, num_computed, num_prompt_tokens):
                     return
                 num_computed += num_prompt_tokens
-                num_prompt_blocks = num_blocks_for(num_computed, kv_cache.block_size) - num_held
-                num_held += num_prompt_blocks
-                num_new_blocks += num_prompt_blocks
+                num_new_blocks += next(chunk_blocks)
             if num_new_blocks > num_free_blocks:
                 return
             num_free_blocks -= num_new_blocks
@@ -168,32 +167,58 @@ class GroupedDecodes:
         return (num_left > token_budget and self._cap_long_prefill(num_left) >= token_budget
                 and self.max_model_len - 1 - num_computed >= token_budget)
 
+    def _chunk_blocks(self, prompt: Request, num_prompt_tokens: int) -> Iterator[int]:
+        """The new blocks each of the prompt's coming chunks of `num_prompt_tokens` takes."""
+        kv_cache = self.kv_cache
+        num_computed = prompt.num_computed_tokens
+        num_held = len(kv_cache.block_tables[prompt.request_id])
+        while True:
+            num_computed += num_prompt_tokens
+            num_new_blocks = num_blocks_for(num_computed, kv_cache.block_size) - num_held
+            num_held += num_new_blocks
+            yield num_new_blocks
+
     def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
         """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
-        outputs at those times): what schedule and update would have done to the decodes in
-        each of them, in order. Decodes alone take the blocks of all the steps at once, in the
-        same order: nothing is freed in between, so the pool hands out the same blocks."""
-        kv_cache, decodes, num_steps = self.kv_cache, self.decodes, len(step_ends_s)
-        if run.prompt is None and not (kv_cache.enable_prefix_caching
-                                       and decodes.num_with_known_outputs):
-            kv_cache.append_blocks([request.request_id for step in range(decodes.step,
-                                                                         decodes.step + num_steps)
-                                    for request in decodes.crossing_at(step)])
-            kv_cache.add_decode_tokens(run.num_seqs * num_steps)
-            for end_s in step_ends_s:
-                self._step_group(end_s)
+        outputs at those times): what schedule and update would have done in each of them, in
+        order. The blocks of all the steps are taken at once, in the order the rules take them
+        (each step's crossing decodes, then the prompt's chunk): nothing is freed in between,
+        so the pool hands out the same blocks. Unless, with prefix caching, a step registers
+        blocks between two takes (a decode's outputs, or the prompt's tokens, known in
+        advance): then one step at a time."""
+        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
+        if kv_cache.enable_prefix_caching and (decodes.num_with_known_outputs or (
+                prompt is not None and prompt.content is not None)):
+            self._apply_decode_run_steps(run, step_ends_s)
             return
-        prompt, num_prompt_tokens = run.prompt, run.num_prompt_tokens
+        request_ids = []  # a block each, in order (the prompt's id once per block it takes)
+        if prompt is not None:
+            chunk_blocks = self._chunk_blocks(prompt, run.num_prompt_tokens)
+        for step in range(decodes.step, decodes.step + len(step_ends_s)):
+            request_ids += decodes.crossing_at(step)
+            if prompt is not None:
+                request_ids += [prompt.request_id] * next(chunk_blocks)
+        kv_cache.append_blocks(request_ids)
+        kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))
+        if prompt is not None:
+            prompt.num_computed_tokens += run.num_prompt_tokens * len(step_ends_s)
+        self._step_group_in_run(step_ends_s)
+
+    def _step_group_in_run(self, step_ends_s: list[float]) -> None:
         for end_s in step_ends_s:
-            crossing = self.decodes.crossing_now()
-            self.kv_cache.append_blocks([request.request_id for request in crossing])
-            if self.kv_cache.enable_prefix_caching and self.decodes.num_with_known_outputs:
-                self._register_completed_blocks(self.decodes.step)
-            self.kv_cache.add_decode_tokens(run.num_seqs)
+            self._step_group(end_s)
+
+    def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+        """apply_decode_run one step at a time, as schedule and update do it."""
+        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
+        for end_s in step_ends_s:
+            kv_cache.append_blocks(decodes.crossing_now())
+            if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
+                self._register_completed_blocks(decodes.step)
+            kv_cache.fill_slots(run.num_seqs)
             if prompt is not None:  # its chunk, as the rules allocate and apply it
-                self.kv_cache.allocate_slots(prompt, prompt.num_computed_tokens,
-                                             num_prompt_tokens)
-                prompt.num_computed_tokens += num_prompt_tokens
+                kv_cache.allocate_slots(prompt, prompt.num_computed_tokens, run.num_prompt_tokens)
+                prompt.num_computed_tokens += run.num_prompt_tokens
             self._step_group(end_s)
 
 
@@ -247,6 +272,9 @@ class BulkScheduler(GroupedDecodes, Scheduler):
     def _step_group(self, now_s: float) -> None:
         self.decodes.advance(now_s)  # (in a run of identical steps: nobody finishes)
 
+    def _step_group_in_run(self, step_ends_s: list[float]) -> None:
+        self.decodes.advance_without_finishes(len(step_ends_s), step_ends_s[-1])
+
     def _advance_decodes(self, result: StepResult, now_s: float) -> None:
         """The decode group's step: one token each, the same gap for each, a few finish."""
         itl_s, num_sampled, last_tokens = self.decodes.advance(now_s)
@@ -258,7 +286,7 @@ class BulkScheduler(GroupedDecodes, Scheduler):
 
     # -- identical steps in a row ----------------------------------------------------------------
 
-    def identical_decode_steps(self) -> Optional[DecodeRun]:
+    def identical_decode_steps(self, with_prompt_chunks: bool = True) -> Optional[DecodeRun]:
         """The coming steps, while they are sure to be the same: every running request a decode
         in the group, nobody admissible (the blocks only shrink while decodes run, so a head
         that does not fit now will not fit then), nobody finishing, and the pool holding the
@@ -269,10 +297,10 @@ class BulkScheduler(GroupedDecodes, Scheduler):
         Unless a decode fills a block of tokens known in advance (a recorded answer): that block
         is registered, and the head may find it.
 
-        Or the group and one running prompt behind it, while its chunk spends the rest of the
-        budget (`decodes_and_a_chunk`)."""
+        Or, `with_prompt_chunks`, the group and one running prompt behind it, while its chunk
+        spends the rest of the budget (`decodes_and_a_chunk`)."""
         decodes, num_decodes = self.decodes, len(self.decodes)
-        if num_decodes and len(self.running) == num_decodes + 1:
+        if with_prompt_chunks and num_decodes and len(self.running) == num_decodes + 1:
             return self.decodes_and_a_chunk(num_decodes)
         if not (num_decodes and len(self.running) == num_decodes):
             return None
@@ -522,18 +550,22 @@ BULK_SCHEDULERS = (BulkScheduler, BulkStaticBatchScheduler)  # the synchronous o
 
 
 def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
-                                  observers) -> float:
+                                  observers, with_prompt_chunks: bool = True) -> float:
     """After a step: when the scheduler is sure its coming steps are the same decode-only batch
     (NAIVE and STATIC between finishes; continuous batching of decodes alone, nobody
     admissible), price and record those steps here without asking it again: every step still on
     its own, as main.simulate's loop would, until one would change something or an arrival is
-    due (it must be admitted first). Returns the clock after them (`clock_s` if none ran)."""
+    due (it must be admitted first). Returns the clock after them (`clock_s` if none ran).
+    `with_prompt_chunks`: runs of the decodes and a prompt's chunks too (BulkScheduler's)."""
     if not isinstance(scheduler, BULK_SCHEDULERS):
         return clock_s  # the rules, one step at a time
     next_arrival_s = arrivals.next_arrival_s()
     if next_arrival_s is not None and next_arrival_s <= clock_s:
         return clock_s  # the next pass admits it first
-    run = scheduler.identical_decode_steps()
+    if isinstance(scheduler, BulkScheduler):
+        run = scheduler.identical_decode_steps(with_prompt_chunks)
+    else:
+        run = scheduler.identical_decode_steps()
     if run is None:
         return clock_s
     kv_cache = scheduler.kv_cache

@@ -221,9 +221,13 @@ class Replica:
         if not self.scheduler.has_unfinished_requests():
             return
         if self.may_run_ahead:
+            # Speed only (bulk_scheduler.py). Decodes alone: a run is recorded at once, ahead
+            # of the other replicas' steps meanwhile, into the cluster's shared sums of seconds;
+            # runs of prompt chunks are not taken, which keeps the order those sums are added in
+            # as it was before they existed (floating-point sums, to the last digit).
             until_s = repeat_identical_decode_steps(
                 self.scheduler, self.clock, self.recorder, cluster.arrivals, self.clock_s,
-                self.observers)  # speed only (bulk_scheduler.py)
+                self.observers, with_prompt_chunks=False)
             if until_s != self.clock_s:
                 self.clock_s, self.idle = until_s, False
                 return

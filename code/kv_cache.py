@@ -35,6 +35,7 @@ servesim with Python's hash of integer tuples, the same in every run.
 """
 
 import itertools
+from typing import Collection
 
 from block_pool import BlockPool
 from request import NamedBlocks, Request
@@ -136,9 +137,10 @@ class PagedKVCache:
         else:
             self._num_hashed_tokens.pop(request_id, None)
 
-    def append_blocks(self, request_ids: list[str]) -> None:
+    def append_blocks(self, request_ids: Collection[str]) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
-        new block), in that order; the caller has checked that the pool holds them."""
+        new block), in that order (a request named twice takes two); the caller has checked
+        that the pool holds them. Their tokens are counted in with `fill_slots`."""
         if not request_ids:
             return  # (most steps: no decode fills its last block)
         block_tables = self.block_tables
@@ -146,10 +148,11 @@ class PagedKVCache:
             block_tables[request_id].append(block_id)
         self.num_empty_slots += len(request_ids) * self.block_size
 
-    def add_decode_tokens(self, num_decodes: int) -> None:
-        """`num_decodes` decodes each cache one more token (the ones that crossed into a new
-        block took it with `append_blocks`): together, `allocate_slots(r, computed, 1)` each."""
-        self.num_empty_slots -= num_decodes
+    def fill_slots(self, num_tokens: int) -> None:
+        """`num_tokens` tokens are cached in slots their requests hold (blocks taken with
+        `append_blocks` where they crossed into a new one): `num_decodes` decodes' next tokens
+        are together what `allocate_slots(r, computed, 1)` each would count."""
+        self.num_empty_slots -= num_tokens
 
     def drop_rejected_drafts(self, num_rejected: int) -> None:
         """The target rejected drafts it had cached: their slots hold no token any more. The
@@ -238,9 +241,11 @@ class PagedKVCache:
                     hashes += self._named_block_hashes(key, hashes)
                 else:
                     hashes.append(hash((hashes[-1] if hashes else 0, key)))
-        while len(hashes) < num_blocks:  # tokens of its own: they, and every later block, are
-            hashes.append(hash((OWN_CONTENT, self._own_content_id(request), len(hashes))))
-        return hashes                    # unique to it
+        if len(hashes) < num_blocks:  # tokens of its own: they, and every later block, are
+            #                           unique to it; numbered on from one hash of its own
+            own_hash = hash((OWN_CONTENT, self._own_content_id(request)))
+            hashes += range(own_hash + len(hashes), own_hash + num_blocks)
+        return hashes
 
     @staticmethod
     def _named_block_hashes(blocks: NamedBlocks, hashes: list[int]) -> range:

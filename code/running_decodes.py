@@ -48,7 +48,7 @@ class RunningDecodes:
         self.last_sample_s = 0.0   # when the last one ended: every member's last token time
         self._synced_at: dict[Request, int] = {}  # member -> group step its counters are synced to
         self._sum_lag = 0          # sum over members of (computed tokens - step synced at)
-        self._crossing: list[dict[Request, None]] = [{} for _ in range(block_size or 0)]
+        self._crossing: list[dict[str, Request]] = [{} for _ in range(block_size or 0)]  # by id
         self._finishing: dict[int, list[Request]] = {}  # group step -> members whose last token
         #                                                  it samples
         self.num_with_known_outputs = 0  # members whose outputs are known in advance (a
@@ -65,11 +65,12 @@ class RunningDecodes:
         """The members' cached tokens, summed: what their decodes attend to in the next step."""
         return self._sum_lag + len(self._synced_at) * self.step
 
-    def crossing_now(self) -> dict[Request, None]:
-        """Members whose next token starts a new block: each needs one more block this step."""
+    def crossing_now(self) -> dict[str, Request]:
+        """Members whose next token starts a new block: each needs one more block this step
+        (by request id, in joining order)."""
         return self.crossing_at(self.step)
 
-    def crossing_at(self, step: int) -> dict[Request, None]:
+    def crossing_at(self, step: int) -> dict[str, Request]:
         """The members that take a block in the step that starts at group step `step`."""
         return self._crossing[step % self.block_size]
 
@@ -90,7 +91,7 @@ class RunningDecodes:
         if self.block_size:
             # Its computed tokens reach a multiple of block_size (a full last block) at the
             # steps s with lag + s = 0 (mod block_size).
-            self._crossing[-lag % self.block_size][request] = None
+            self._crossing[-lag % self.block_size][request.request_id] = request
         self._finishing.setdefault(self._last_step(request), []).append(request)
         if request.has_known_outputs:
             self.num_with_known_outputs += 1
@@ -138,6 +139,12 @@ class RunningDecodes:
             self._drop(request)
         return itl_s, num_sampled, last_tokens
 
+    def advance_without_finishes(self, num_steps: int, now_s: float) -> None:
+        """`advance` for `num_steps` steps in a row, the last ending at `now_s`, that sample
+        nobody's last token (a run of identical steps, bulk_scheduler.py)."""
+        self.step += num_steps
+        self.last_sample_s = now_s
+
     def remove(self, request: Request) -> None:
         """A member leaves before its last token (it is preempted), synced."""
         self.sync(request)
@@ -154,7 +161,7 @@ class RunningDecodes:
         if request.has_known_outputs:
             self.num_with_known_outputs -= 1
         if self.block_size:
-            del self._crossing[-lag % self.block_size][request]
+            del self._crossing[-lag % self.block_size][request.request_id]
 
     def release_all(self) -> None:
         """Hand every member back as an ordinary request, synced, and empty the group."""

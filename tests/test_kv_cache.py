@@ -65,7 +65,7 @@ def test_decodes_in_bulk_take_blocks_only_where_they_cross_a_boundary():
     kv.allocate_slots(make_request("a", 4), 0, 4)  # a's block is full: its next token needs one
     kv.allocate_slots(make_request("b", 3), 0, 3)  # b has room for one more
     kv.append_blocks(["a"])
-    kv.add_decode_tokens(2)
+    kv.fill_slots(2)
     assert [len(kv.block_tables[r]) for r in "ab"] == [2, 1]
     assert kv.num_used_slots == 9 and kv.num_free_blocks == 7
 

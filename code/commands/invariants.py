@@ -207,7 +207,7 @@ class InvariantChecker:
         """The bulk schedulers read the group's members, and each step's crossing ones, in the
         order they joined, as RUNNING's order (bulk_scheduler.GroupedDecodes)."""
         decodes, position = scheduler.decodes, {r: i for i, r in enumerate(scheduler.running)}
-        lists = [decodes.members()] + [list(decodes.crossing_at(step))
+        lists = [decodes.members()] + [list(decodes.crossing_at(step).values())
                                        for step in range(decodes.block_size)]
         for requests in lists:
             order = [position.get(request, -1) for request in requests]
