@@ -191,14 +191,20 @@ class GroupedDecodes:
                 prompt is not None and prompt.content is not None)):
             self._apply_decode_run_steps(run, step_ends_s)
             return
-        request_ids = []  # a block each, in order (the prompt's id once per block it takes)
-        if prompt is not None:
+        steps = range(decodes.step, decodes.step + len(step_ends_s))
+        if prompt is None:  # a block for each crossing decode, step after step
+            kv_cache.append_blocks([request_id for step in steps
+                                    for request_id in decodes.crossing_at(step)])
+        else:  # ... and the prompt's chunk's blocks after them, in each step
+            request_ids, num_blocks = [], []
             chunk_blocks = self._chunk_blocks(prompt, run.num_prompt_tokens)
-        for step in range(decodes.step, decodes.step + len(step_ends_s)):
-            request_ids += decodes.crossing_at(step)
-            if prompt is not None:
-                request_ids += [prompt.request_id] * next(chunk_blocks)
-        kv_cache.append_blocks(request_ids)
+            for step in steps:
+                crossing = decodes.crossing_at(step)
+                request_ids += crossing
+                num_blocks += [1] * len(crossing)
+                request_ids.append(prompt.request_id)
+                num_blocks.append(next(chunk_blocks))
+            kv_cache.append_blocks(request_ids, num_blocks)
         kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))
         if prompt is not None:
             prompt.num_computed_tokens += run.num_prompt_tokens * len(step_ends_s)

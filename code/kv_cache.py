@@ -35,7 +35,7 @@ servesim with Python's hash of integer tuples, the same in every run.
 """
 
 import itertools
-from typing import Collection
+from typing import Collection, Optional
 
 from block_pool import BlockPool
 from request import NamedBlocks, Request
@@ -137,16 +137,25 @@ class PagedKVCache:
         else:
             self._num_hashed_tokens.pop(request_id, None)
 
-    def append_blocks(self, request_ids: Collection[str]) -> None:
+    def append_blocks(self, request_ids: Collection[str],
+                      num_blocks: Optional[list[int]] = None) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
-        new block), in that order (a request named twice takes two); the caller has checked
+        new block), or `num_blocks[i]` more for the i-th, in that order; the caller has checked
         that the pool holds them. Their tokens are counted in with `fill_slots`."""
         if not request_ids:
             return  # (most steps: no decode fills its last block)
         block_tables = self.block_tables
-        for request_id, block_id in zip(request_ids, self.pool.take(len(request_ids))):
-            block_tables[request_id].append(block_id)
-        self.num_empty_slots += len(request_ids) * self.block_size
+        if num_blocks is None:
+            num_taken = len(request_ids)
+            for request_id, block_id in zip(request_ids, self.pool.take(num_taken)):
+                block_tables[request_id].append(block_id)
+        else:
+            num_taken, start = sum(num_blocks), 0
+            taken = self.pool.take(num_taken)
+            for request_id, count in zip(request_ids, num_blocks):
+                block_tables[request_id] += taken[start:start + count]
+                start += count
+        self.num_empty_slots += num_taken * self.block_size
 
     def fill_slots(self, num_tokens: int) -> None:
         """`num_tokens` tokens are cached in slots their requests hold (blocks taken with
