@@ -30,6 +30,7 @@ waiting) is counted apart, in engine_counters.py; `RunRecorder` feeds both halve
 import bisect
 import itertools
 import math
+import operator
 from array import array
 from collections import Counter
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ class Distribution:
         self.values = values
         self.ends = array("q", itertools.accumulate(counts))  # ends[i]: items <= values[i]
         self.total = self.ends[-1] if self.ends else 0
-        self._sum = math.fsum(value * count for value, count in zip(values, counts))
+        self._sum = math.fsum(map(operator.mul, values, counts))  # each value x its count
 
     @classmethod
     def of_counts(cls, counts: Counter) -> "Distribution":
@@ -63,12 +64,8 @@ class Distribution:
 
     @classmethod
     def of_samples(cls, samples) -> "Distribution":
-        """From the samples themselves, equal ones counted together (as `of_counts` would)."""
-        values, counts = [], array("q")
-        for value, run in itertools.groupby(sorted(samples)):
-            values.append(value)
-            counts.append(sum(1 for _ in run))
-        return cls(values, counts)
+        """From the samples themselves, equal ones counted together."""
+        return cls.of_counts(Counter(samples))
 
     def mean(self) -> float:
         return self._sum / self.total if self.total else 0.0
