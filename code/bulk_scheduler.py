@@ -39,7 +39,7 @@ reads them. tests/test_bulk_scheduler.py checks that both paths give the same re
 
 import itertools
 from collections import deque
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 from async_scheduling import AsyncScheduler
 from batch import (AdmissionLimit, DecodeRun, EngineStep, ScheduledRequest, SchedulerOutput,
@@ -131,12 +131,14 @@ class GroupedDecodes:
                     taking.append(request.request_id)
             kv_cache.append_blocks(taking)
 
-    def _decode_run_slots(self, prompt: Optional[Request] = None,
-                          num_prompt_tokens: int = 0) -> Iterator[int]:
+    def _decode_run_slots(self, prompt: Optional[Request] = None, num_prompt_tokens: int = 0,
+                          through_a_finish: bool = False) -> Iterator[int]:
         """Slots each coming decode-only step reserves, until one would finish somebody or the
         pool could not hold its crossing decodes' blocks. With tokens in flight, a step putting
         somebody's last token in flight is still one of the run (reading the batch before it
         finishes nobody); the one after it, which skips that member, is not.
+        `through_a_finish`: the step that samples somebody's last token is the run's last
+        (it is scheduled as the others are; its finished requests are freed after it).
 
         With a `prompt` behind the decodes, each step also gives it a chunk of
         `num_prompt_tokens`, up to the step whose chunk would not spend them all (or would end
@@ -147,7 +149,10 @@ class GroupedDecodes:
         if prompt is not None:
             num_computed, chunk_blocks = prompt.num_computed_tokens, self._chunk_blocks(prompt,
                                                                                 num_prompt_tokens)
-        while not decodes.finishes_at(step + 1 - decodes.tokens_in_flight):
+        while True:
+            finishes = decodes.finishes_at(step + 1 - decodes.tokens_in_flight)
+            if finishes and not through_a_finish:
+                return
             num_new_blocks = len(decodes.crossing_at(step))
             if prompt is not None:
                 if not self._chunk_spends_budget(prompt, num_computed, num_prompt_tokens):
@@ -158,6 +163,8 @@ class GroupedDecodes:
                 return
             num_free_blocks -= num_new_blocks
             yield num_new_blocks * kv_cache.block_size
+            if finishes:
+                return
             step += 1
 
     def _chunk_spends_budget(self, request: Request, num_computed: int, token_budget: int) -> bool:
@@ -178,10 +185,10 @@ class GroupedDecodes:
             num_held += num_new_blocks
             yield num_new_blocks
 
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
         """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
         outputs at those times): what schedule and update would have done in each of them, in
-        order. The blocks of all the steps are taken at once, in the order the rules take them
+        order; returns the requests its last step finished (freed now). The blocks of all the steps are taken at once, in the order the rules take them
         (each step's crossing decodes, then the prompt's chunk): nothing is freed in between,
         so the pool hands out the same blocks. Unless, with prefix caching, a step registers
         blocks between two takes (a decode's outputs, or the prompt's tokens, known in
@@ -189,8 +196,7 @@ class GroupedDecodes:
         kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
         if kv_cache.enable_prefix_caching and (decodes.num_with_known_outputs or (
                 prompt is not None and prompt.content is not None)):
-            self._apply_decode_run_steps(run, step_ends_s)
-            return
+            return self._apply_decode_run_steps(run, step_ends_s)
         steps = range(decodes.step, decodes.step + len(step_ends_s))
         if prompt is None:  # a block for each crossing decode, step after step
             kv_cache.append_blocks([request_id for step in steps
@@ -208,16 +214,19 @@ class GroupedDecodes:
         kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))
         if prompt is not None:
             prompt.num_computed_tokens += run.num_prompt_tokens * len(step_ends_s)
-        self._step_group_in_run(step_ends_s)
+        return self._step_group_in_run(step_ends_s)
 
-    def _step_group_in_run(self, step_ends_s: list[float]) -> None:
+    def _step_group_in_run(self, step_ends_s: list[float]) -> list[Request]:
+        """The group steps once per step of a run, ending at these times; returns those the
+        last step finished (none here: see BulkScheduler's)."""
         for end_s in step_ends_s:
             self._step_group(end_s)
+        return []
 
-    def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> None:
+    def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
         """apply_decode_run one step at a time, as schedule and update do it."""
         kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
-        for end_s in step_ends_s:
+        for index, end_s in enumerate(step_ends_s, 1):
             kv_cache.append_blocks(decodes.crossing_now())
             if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
                 self._register_completed_blocks(decodes.step)
@@ -225,7 +234,9 @@ class GroupedDecodes:
             if prompt is not None:  # its chunk, as the rules allocate and apply it
                 kv_cache.allocate_slots(prompt, prompt.num_computed_tokens, run.num_prompt_tokens)
                 prompt.num_computed_tokens += run.num_prompt_tokens
-            self._step_group(end_s)
+            if index < len(step_ends_s):
+                self._step_group(end_s)
+        return self._step_group_in_run(step_ends_s[-1:])
 
 
 class BulkScheduler(GroupedDecodes, Scheduler):
@@ -278,8 +289,13 @@ class BulkScheduler(GroupedDecodes, Scheduler):
     def _step_group(self, now_s: float) -> None:
         self.decodes.advance(now_s)  # (in a run of identical steps: nobody finishes)
 
-    def _step_group_in_run(self, step_ends_s: list[float]) -> None:
-        self.decodes.advance_without_finishes(len(step_ends_s), step_ends_s[-1])
+    def _step_group_in_run(self, step_ends_s: list[float]) -> list[Request]:
+        """The group steps once per step of a run; only its last step may finish somebody."""
+        if len(step_ends_s) > 1:
+            self.decodes.advance_without_finishes(len(step_ends_s) - 1, step_ends_s[-2])
+        result = StepResult()
+        self._advance_decodes(result, step_ends_s[-1])
+        return result.finished
 
     def _advance_decodes(self, result: StepResult, now_s: float) -> None:
         """The decode group's step: one token each, the same gap for each, a few finish."""
@@ -292,49 +308,51 @@ class BulkScheduler(GroupedDecodes, Scheduler):
 
     # -- identical steps in a row ----------------------------------------------------------------
 
-    def identical_decode_steps(self, with_prompt_chunks: bool = True) -> Optional[DecodeRun]:
+    def identical_decode_steps(self, wider: bool = True) -> Optional[DecodeRun]:
         """The coming steps, while they are sure to be the same: every running request a decode
         in the group, nobody admissible (the blocks only shrink while decodes run, so a head
         that does not fit now will not fit then), nobody finishing, and the pool holding the
-        crossing decodes' new blocks. None when the next step is not such a step.
+        crossing decodes' new blocks. None when the next step is not such a step. `wider`:
+        the step that finishes somebody ends the run instead of breaking it (it is scheduled
+        as the others; the finished are freed after it), and runs of a prompt's chunks too.
 
         With prefix caching, a head that does not fit stays so too: the blocks decodes take can
         only evict what it would find, and a free block it finds costs a block all the same.
         Unless a decode fills a block of tokens known in advance (a recorded answer): that block
         is registered, and the head may find it.
 
-        Or, `with_prompt_chunks`, the group and one running prompt behind it, while its chunk
-        spends the rest of the budget (`decodes_and_a_chunk`)."""
+        Or the group and one running prompt behind it, while its chunk spends the rest of the
+        budget (`decodes_and_a_chunk`)."""
         decodes, num_decodes = self.decodes, len(self.decodes)
-        if with_prompt_chunks and num_decodes and len(self.running) == num_decodes + 1:
+        if wider and num_decodes and len(self.running) == num_decodes + 1:
             return self.decodes_and_a_chunk(num_decodes)
         if not (num_decodes and len(self.running) == num_decodes):
             return None
         alone, limit = decodes_alone(self, num_decodes)
         if not alone:
             return None
-        if decodes.finishes_at(decodes.step + 1):
+        if not wider and decodes.finishes_at(decodes.step + 1):
             return None
         if self.waiting and self.kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
             return None  # (every running request is in the group)
-        return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
-                         decodes.num_context_tokens, 0, decodes.last_sample_s,
+        return DecodeRun(self._decode_run_slots(through_a_finish=wider), num_decodes,
+                         num_decodes, decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit)
 
     def decodes_and_a_chunk(self, num_decodes: int) -> Optional[DecodeRun]:
         """The coming steps of the group and the one running prompt behind it in RUNNING, while
         they are sure to be the same: the budget the decodes leave is the prompt's chunk, all of
-        it (so WAITING's head waits for the budget), and does not end the prompt; nobody
-        finishes; the pool holds the decodes' and the chunk's new blocks."""
+        it (so WAITING's head waits for the budget), and does not end the prompt; the pool
+        holds the decodes' and the chunk's new blocks; up to a step that finishes somebody."""
         decodes, prompt = self.decodes, self.running[-1]
         num_prompt_tokens = self.max_num_batched_tokens - num_decodes
-        if (prompt in decodes or decodes.finishes_at(decodes.step + 1)
+        if (prompt in decodes
                 or (self.kv_cache.enable_prefix_caching and decodes.num_with_known_outputs)
                 or not self._chunk_spends_budget(prompt, prompt.num_computed_tokens,
                                                  num_prompt_tokens)):
             return None
         limit = AdmissionLimit.TOKEN_BUDGET if self.waiting else None
-        return DecodeRun(self._decode_run_slots(prompt, num_prompt_tokens), num_decodes,
+        return DecodeRun(self._decode_run_slots(prompt, num_prompt_tokens, True), num_decodes,
                          num_decodes, decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit, prompt=prompt,
                          num_prompt_tokens=num_prompt_tokens,
@@ -544,42 +562,56 @@ class BulkStaticBatchScheduler(StaticBatchScheduler):
                          len(self.batch) - len(self.unfinished), self.unfinished.last_sample_s,
                          self._num_idle_slots())
 
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> None:
-        """The engine ran len(step_ends_s) decode steps of the batch, ending at those times."""
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
+        """The engine ran len(step_ends_s) decode steps of the batch, ending at those times (a
+        run of them finishes nobody)."""
         for end_s in step_ends_s:
             self.kv_cache.fill(run.num_sampled)
             self.unfinished.advance(end_s)
             self.num_padded_tokens += 1
+        return []
 
 
 BULK_SCHEDULERS = (BulkScheduler, BulkStaticBatchScheduler)  # the synchronous ones
 
 
 def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
-                                  observers, with_prompt_chunks: bool = True) -> float:
+                                  observers, wider: bool = True) -> float:
     """After a step: when the scheduler is sure its coming steps are the same decode-only batch
     (NAIVE and STATIC between finishes; continuous batching of decodes alone, nobody
-    admissible), price and record those steps here without asking it again: every step still on
-    its own, as main.simulate's loop would, until one would change something or an arrival is
-    due (it must be admitted first). Returns the clock after them (`clock_s` if none ran).
-    `with_prompt_chunks`: runs of the decodes and a prompt's chunks too (BulkScheduler's)."""
+    admissible, or of decodes and one prompt's chunks), price and record those steps here
+    without asking it again: every step still on its own, as main.simulate's loop would, until
+    one would change something or an arrival is due (it must be admitted first). Returns the
+    clock after them (`clock_s` if none ran). `wider`: BulkScheduler's wider runs (see its
+    `identical_decode_steps`); one that ends finishing somebody may be followed by another."""
     if not isinstance(scheduler, BULK_SCHEDULERS):
         return clock_s  # the rules, one step at a time
+    finished = True
+    while finished:
+        clock_s, finished = _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s,
+                                            observers, wider)
+    return clock_s
+
+
+def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observers,
+                    wider: bool) -> tuple[float, list[Request]]:
+    """repeat_identical_decode_steps' one run: the clock after it, and whom it finished."""
     next_arrival_s = arrivals.next_arrival_s()
     if next_arrival_s is not None and next_arrival_s <= clock_s:
-        return clock_s  # the next pass admits it first
+        return clock_s, []  # the next pass admits it first
     if isinstance(scheduler, BulkScheduler):
-        run = scheduler.identical_decode_steps(with_prompt_chunks)
+        run = scheduler.identical_decode_steps(wider)
     else:
         run = scheduler.identical_decode_steps()
     if run is None:
-        return clock_s
+        return clock_s, []
     kv_cache = scheduler.kv_cache
     reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
     context, last_token_s = run.num_context_tokens, run.last_token_s
     num_prompt_tokens, prompt_context = run.num_prompt_tokens, run.prompt_context_tokens
     steps, itls_s, step_ends_s = [], [], []  # (seconds, slots reserved, used) each, for the
-    for new_slots in run.new_slots_reserved:  # recorder; the gaps; when each step ended
+    seen = None  # the latest step, for observers   # recorder; the gaps; when each step ended
+    for new_slots in run.new_slots_reserved:
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             break
         reserved, used = reserved + new_slots, used + run.num_sampled + num_prompt_tokens
@@ -592,17 +624,26 @@ def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s:
         steps.append((step_s, reserved, used))
         itls_s.append(clock_s - last_token_s)
         if observers:
-            _observe_decode_run_step(observers, scheduler, recorder.num_steps + len(steps) - 1,
-                                     run, context, clock_s - step_s, step_s,
-                                     clock_s - last_token_s, reserved, used, prompt_context)
+            if seen:  # the step before: observed now, the pool as it left it
+                _observe_decode_run_step(observers, scheduler, *seen)
+            seen = RunStepSeen(recorder.num_steps + len(steps) - 1, run, context,
+                               clock_s - step_s, step_s, clock_s - last_token_s, reserved, used,
+                               prompt_context)
         step_ends_s.append(clock_s)
         context += run.num_seqs
         prompt_context += num_prompt_tokens
         last_token_s = clock_s
-    if steps:
-        recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
-        scheduler.apply_decode_run(run, step_ends_s)
-    return clock_s
+    if not steps:
+        return clock_s, []
+    recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
+    finished = scheduler.apply_decode_run(run, step_ends_s)
+    if finished:  # by the run's last step: recorded, and their clients told, as after a step
+        arrivals.on_finished(len(finished), clock_s)
+        for request in finished:
+            recorder.on_finished(request)
+    if seen:  # the last step, observed once applied (as main.simulate shows a step)
+        _observe_decode_run_step(observers, scheduler, *seen, finished=finished)
+    return clock_s, finished
 
 
 def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers) -> float:
@@ -660,20 +701,36 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
     return clock_s
 
 
-def _observe_decode_run_step(observers, scheduler, step_index, run, context, start_s, step_s,
-                             itl_s, reserved, used, prompt_context: int = 0) -> None:
-    """What an observer of sums (a chart) sees of one repeated step: the step as it ran."""
+class RunStepSeen(NamedTuple):
+    """One step of a run, as an observer is shown it."""
+    index: int
+    run: DecodeRun
+    context: int           # the decodes' context (tokens) when it began
+    start_s: float
+    step_s: float
+    itl_s: float
+    reserved: int          # KV slots reserved, and used, while it ran
+    used: int
+    prompt_context: int    # the prompt's context (its chunk's), if it has a prompt
+
+
+def _observe_decode_run_step(observers, scheduler, index, run, context, start_s, step_s,
+                             itl_s, reserved, used, prompt_context: int = 0,
+                             finished: Optional[list[Request]] = None) -> None:
+    """What an observer of sums (a chart) sees of one repeated step: the step as it ran. The
+    run not applied yet (`finished` None), the pool is as before it; applied, as after it."""
     batch = SchedulerOutput()
     batch.add_decodes(run.num_seqs, context)
     if run.prompt is not None:
         batch.add(run.prompt, run.num_prompt_tokens, prompt_context)
     batch.num_padding_tokens = run.num_padding_tokens
-    result = StepResult(num_bulk_sampled=run.num_sampled, itls=[(itl_s, run.num_sampled)])
-    free_blocks = scheduler.num_free_blocks  # the pool is not touched until the run is applied
-    if free_blocks is not None:
+    result = StepResult(num_bulk_sampled=run.num_sampled, itls=[(itl_s, run.num_sampled)],
+                        finished=finished or [])
+    free_blocks = scheduler.num_free_blocks
+    if free_blocks is not None and finished is None:  # what the run's steps take, until then
         kv_cache = scheduler.kv_cache
         free_blocks -= (reserved - kv_cache.num_reserved_slots) // kv_cache.block_size
     for observe in observers:
-        observe(EngineStep(step_index, start_s, step_s, batch, result,
+        observe(EngineStep(index, start_s, step_s, batch, result,
                            len(scheduler.running), len(scheduler.waiting), free_blocks, reserved,
                            used))

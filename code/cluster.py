@@ -221,13 +221,14 @@ class Replica:
         if not self.scheduler.has_unfinished_requests():
             return
         if self.may_run_ahead:
-            # Speed only (bulk_scheduler.py). Decodes alone: a run is recorded at once, ahead
-            # of the other replicas' steps meanwhile, into the cluster's shared sums of seconds;
-            # runs of prompt chunks are not taken, which keeps the order those sums are added in
-            # as it was before they existed (floating-point sums, to the last digit).
+            # Speed only (bulk_scheduler.py): runs of decodes alone that finish nobody. A run's
+            # steps reach the cluster's shared sums of seconds at once, ahead of the other
+            # replicas' steps meanwhile; the wider runs (a prompt's chunks, a last step that
+            # finishes somebody) would add more steps out of that order, and floating-point
+            # sums differ in their last digits with the order they are added in.
             until_s = repeat_identical_decode_steps(
                 self.scheduler, self.clock, self.recorder, cluster.arrivals, self.clock_s,
-                self.observers, with_prompt_chunks=False)
+                self.observers, wider=False)
             if until_s != self.clock_s:
                 self.clock_s, self.idle = until_s, False
                 return
