@@ -118,9 +118,9 @@ class BlockPool:
     def free(self, block_ids: list[int], num_cached_blocks: int,
              num_with_entries: Optional[int] = None) -> None:
         """A request lets go of its blocks (`block_ids` in its block table's order, of which the
-        first `num_cached_blocks` are full, and of those at most the first `num_with_entries`,
-        all if None, hold a cache entry). Freed tail first; a block still held by another
-        request stays where it is."""
+        first `num_cached_blocks` are full, and of those the first `num_with_entries` hold a
+        cache entry, the others none; None: any may). Freed tail first; a block still held by
+        another request stays where it is."""
         full, rest = block_ids[:num_cached_blocks], block_ids[num_cached_blocks:]
         shared = self._extra_holders and self._extra_holders.keys() & block_ids
         if shared:  # another request still holds these: they stay where they are
@@ -128,18 +128,20 @@ class BlockPool:
                 self._let_go_of_shared(block_id)
             full = [block_id for block_id in full if block_id not in shared]
             rest = [block_id for block_id in rest if block_id not in shared]
+            num_with_entries = None  # (the first ones are not the same ones now)
         self._front.extend(rest)  # the tail block frontmost
         self._back.extend(reversed(full))
         self._note_in_back(full, num_with_entries)
 
     def _note_in_back(self, block_ids: list[int], num_with_entries: Optional[int]) -> None:
-        """Full blocks joined the back of the queue; those with a cache entry (among the first
-        `num_with_entries`) may be hit there (`touch`), so the set remembers them (speed: only
-        they are ever looked for)."""
+        """Full blocks joined the back of the queue; those with a cache entry (the first
+        `num_with_entries`; None: each is looked up) may be hit there (`touch`), so the set
+        remembers them (speed: only they are ever looked for)."""
         self._num_in_back += len(block_ids)
-        if self._entry_of and num_with_entries != 0:
-            self._in_back.update(filter(self._entry_of.__contains__,
-                                        block_ids[:num_with_entries]))
+        if num_with_entries is None:
+            self._in_back.update(filter(self._entry_of.__contains__, block_ids))
+        elif num_with_entries:
+            self._in_back.update(block_ids[:num_with_entries])
 
     def _let_go_of_shared(self, block_id: int) -> None:
         """One holder of a shared block let go of it: one fewer beyond the first."""

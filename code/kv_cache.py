@@ -180,7 +180,8 @@ class PagedKVCache:
         num_hashed = min(num_hashed, request.num_computed_tokens)
         num_full_blocks = num_hashed // self.block_size  # with a hash: they go to the back
         num_registered = self._num_registered.pop(request.request_id, 0)
-        num_with_entries = num_registered  # (its leading blocks: found cached, or registered)
+        num_with_entries = num_registered  # its leading blocks, found cached or registered
+        #                                    (a block taken from the pool lost its entry then)
         if not self.enable_prefix_caching:
             num_full_blocks = 0  # no block holds a cache entry
         elif preempted:

@@ -285,6 +285,13 @@ class InvariantChecker:
             fail("a block is twice in the free queue, or the queue miscounts itself")
         if free & held or free | held != set(range(1, pool.num_blocks + 1)):
             fail("a block is both free and held, or its id is outside the pool (1 .. num_blocks)")
+        for block_id in range(1, pool.num_blocks + 1):  # the free ones a prefix hit may take
+            if pool.is_free(block_id) != (block_id in free
+                                          and pool.cache_entry(block_id) is not None):
+                fail(f"block {block_id} is {'' if pool.is_free(block_id) else 'not '}noted free "
+                     "with a cache entry, but it is "
+                     f"{'free' if block_id in free else 'held'} with "
+                     f"{'an' if pool.cache_entry(block_id) is not None else 'no'} entry")
 
     def _check_reservations(self) -> None:
         kv_cache, batch = self.scheduler.kv_cache, self.scheduler.running
