@@ -291,6 +291,9 @@ class BulkScheduler(GroupedDecodes, Scheduler):
 
     def _step_group_in_run(self, step_ends_s: list[float]) -> list[Request]:
         """The group steps once per step of a run; only its last step may finish somebody."""
+        if not self.decodes.finishes_at(self.decodes.step + len(step_ends_s)):
+            self.decodes.advance_without_finishes(len(step_ends_s), step_ends_s[-1])
+            return []
         if len(step_ends_s) > 1:
             self.decodes.advance_without_finishes(len(step_ends_s) - 1, step_ends_s[-2])
         result = StepResult()
@@ -552,8 +555,9 @@ class BulkStaticBatchScheduler(StaticBatchScheduler):
         result.num_bulk_sampled = num_sampled
         self._finish(last_tokens, result)
 
-    def identical_decode_steps(self) -> Optional[DecodeRun]:
-        """While no member finishes, every decode step of the batch is the same."""
+    def identical_decode_steps(self, wider: bool = True) -> Optional[DecodeRun]:
+        """While no member finishes, every decode step of the batch is the same (`wider`: as
+        BulkScheduler's, but STATIC's runs have no wider kind)."""
         num_steps = self.unfinished.steps_before_a_finish()
         if not (self.prefilled and num_steps > 0):
             return None
@@ -599,10 +603,7 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     next_arrival_s = arrivals.next_arrival_s()
     if next_arrival_s is not None and next_arrival_s <= clock_s:
         return clock_s, []  # the next pass admits it first
-    if isinstance(scheduler, BulkScheduler):
-        run = scheduler.identical_decode_steps(wider)
-    else:
-        run = scheduler.identical_decode_steps()
+    run = scheduler.identical_decode_steps(wider)
     if run is None:
         return clock_s, []
     kv_cache = scheduler.kv_cache

@@ -26,6 +26,7 @@ lesson's headline, 128 clients each sending a 1,000-token prompt for a 1,000-tok
 import math
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterator, Optional, Protocol
 
 from arrivals import ClosedLoopClients, OpenLoopArrivals, arrival_times
@@ -139,12 +140,12 @@ class RandomLengths:
             return None
         return TokenContent.of([((SHARED_PREFIX_SOURCE, 0), self.prefix_len)])
 
-    @property
+    @cached_property  # (worked out once: every request draws from it)
     def input_range(self) -> tuple[int, int]:
         low = math.floor(self.input_len * (1 - self.range_ratio))
         return max(1, low), math.ceil(self.input_len * (1 + self.range_ratio))
 
-    @property
+    @cached_property
     def output_range(self) -> tuple[int, int]:
         low = math.floor(self.output_len * (1 - self.range_ratio))
         return max(1, low), math.ceil(self.output_len * (1 + self.range_ratio))
