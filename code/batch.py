@@ -248,7 +248,7 @@ class EngineStep:
     block_tables: Optional[dict[str, list[int]]] = None  # after the step: request id -> its
     #                            physical block ids (PagedAttention), a live view of the KV
     #                            cache's own tables, not a copy; None for contiguous KV, and in
-    #                            the steps bulk_scheduler.repeat_identical_decode_steps prices
+    #                            the steps decode_runs.repeat_identical_decode_steps prices
     #                            (their blocks are taken when the run is applied), which only
     #                            observers of sums see
     replica: Optional[int] = None  # with several engines (cluster.py): which one ran the step

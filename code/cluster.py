@@ -6,7 +6,7 @@ scheduler and KV cache. Every replica is the engine of main.py, driven one loop 
     Replica.next_event_s()   when this engine next has something to do (None: idle)
     Replica.advance(...)     one turn of main.simulate's loop: admit what was routed to it,
                              schedule, price on the clock, apply (or a run of identical decode
-                             steps, bulk_scheduler.repeat_identical_decode_steps)
+                             steps, decode_runs.repeat_identical_decode_steps)
 
 The cluster keeps a heap of the engines' next events and always advances the earliest, so a run
 costs N times one engine's work per step plus a log(N) heap operation, not a scan of every engine.
@@ -38,7 +38,7 @@ from typing import Optional
 
 import main
 from batch import EngineStep
-from bulk_scheduler import repeat_identical_decode_steps
+from decode_runs import repeat_identical_decode_steps
 from forward_model import synchronous
 from metrics import RunRecorder
 from router import make_router
@@ -221,7 +221,7 @@ class Replica:
         if not self.scheduler.has_unfinished_requests():
             return
         if self.may_run_ahead:
-            # Speed only (bulk_scheduler.py): runs of decodes alone that finish nobody. A run's
+            # Speed only (decode_runs.py): runs of decodes alone that finish nobody. A run's
             # steps reach the cluster's shared sums of seconds at once, ahead of the other
             # replicas' steps meanwhile; the wider runs (a prompt's chunks, a last step that
             # finishes somebody) would add more steps out of that order, and floating-point

@@ -12,8 +12,8 @@ on the virtual clock, advance the clock, apply the step. Then read, one lesson c
     static_batching.py  modes.py  config.py  spec_decode.py  forward_model.py
     engine_overhead.py  gpu_memory.py  presets.py  model_config.py  moe.py  mla.py
     workload.py  arrivals.py  metrics.py  engine_counters.py  goodput.py
-    bulk_scheduler.py  running_decodes.py  (speed only: the same schedulers, a step costing
-                                            what changes in it)
+    bulk_scheduler.py  running_decodes.py  decode_runs.py  (speed only: the same schedulers,
+                                            a step costing what changes in it)
 
 The shell around the engine (commands, reports, trace formats) lives in code/commands,
 code/reports and code/traces; README.md lists every file in reading order.
@@ -38,7 +38,7 @@ MAX_NUM_SEQS = 256             # most requests per batch (--max-num-seqs); STATI
 
 from async_scheduling import BatchQueue  # noqa: E402
 from batch import BatchScheduler, EngineCall, EngineStep, StepResult  # noqa: E402
-from bulk_scheduler import repeat_identical_steps  # noqa: E402
+from decode_runs import repeat_identical_steps  # noqa: E402
 from config import Knobs  # noqa: E402
 from forward_model import synchronous  # noqa: E402
 from metrics import RunRecorder  # noqa: E402
@@ -85,7 +85,7 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
         if progress:
             progress(recorder, clock_s)
         clock_s = repeat_identical_steps(steps, recorder, arrivals, clock_s,
-                                         observers)  # speed only: bulk_scheduler.py
+                                         observers)  # speed only: decode_runs.py
 
 
 class SyncSteps:

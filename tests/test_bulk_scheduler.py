@@ -1,8 +1,8 @@
 """The fast path decides exactly what the rules decide: random workloads served both ways.
 
 With no observer that reads every request, the schedulers count the running decodes in bulk
-(running_decodes.py), and fast-forward runs of identical decode-only steps, with async scheduling
-too; with one, they apply the rules to each request. Every request's token times and every
+(running_decodes.py), and fast-forward runs of identical steps (decode_runs.py), with async
+scheduling too; with one, they apply the rules to each request. Every request's token times and every
 summary figure must come out the same, in every mode, synchronous and async, on pools small
 enough to preempt.
 """
@@ -291,3 +291,30 @@ def test_blocks_only_their_own_request_names_are_cached_later_on_the_bulk_path_a
         num_preempting += bulk[1]["num_preemptions"] > 0
     assert entered[True] < entered[False]
     assert num_preempting >= 2
+
+
+def test_runs_of_a_prompts_chunks_and_runs_ending_in_a_finish_are_taken_and_change_nothing(
+        monkeypatch):
+    """The wider runs of the synchronous bulk scheduler: the decodes and the chunks of the one
+    prompt behind them, and runs whose last step finishes somebody (freed after it). Both kinds
+    are taken here, with and without a chart watching, and every token time and every summary
+    figure is the rules' own."""
+    from bulk_scheduler import BulkScheduler
+    from reports.timeseries import StepSeries
+    kinds = set()
+    apply_decode_run = BulkScheduler.apply_decode_run
+
+    def noting_the_kind(self, run, step_ends_s):
+        finished = apply_decode_run(self, run, step_ends_s)
+        kinds.add((run.prompt is not None, bool(finished)))
+        return finished
+
+    monkeypatch.setattr(BulkScheduler, "apply_decode_run", noting_the_kind)
+    config = EngineConfig(max_model_len=512, default_chunked_budget=64, async_scheduling=False)
+    rows = [(0.02 * i, 100 + 97 * i % 300, 5 + 41 * i % 120) for i in range(40)]
+    for observers in ([], [StepSeries("chunked", config.block_size)]):
+        kinds.clear()
+        bulk = served(config, 256, rows, None, "chunked", observers)
+        rules = served(config, 256, rows, None, "chunked", [EveryRequest(), *observers])
+        assert bulk == rules
+        assert {(True, False), (True, True), (False, True)} <= kinds, kinds  # (prompt, finish)

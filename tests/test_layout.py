@@ -10,10 +10,10 @@ from conftest import ROOT
 CODE = ROOT / "code"
 SHELL_FOLDERS = {"commands", "reports", "traces"}
 DATA_FOLDERS = {"models"}  # config.json files read by presets.py: data, not a package
-MAX_ENGINE_MODULES = 28    # 18, the models' three (model_config, moe, mla), engine_overhead,
-#                            async_scheduling, the speed room's bulk_scheduler, the RunRecorder
-#                            split's engine_counters, and the many engines' three (cluster,
-#                            router, disaggregation)
+MAX_ENGINE_MODULES = 29    # 18, the models' three (model_config, moe, mla), engine_overhead,
+#                            async_scheduling, the speed room's bulk_scheduler and decode_runs,
+#                            the RunRecorder split's engine_counters, and the many engines' three
+#                            (cluster, router, disaggregation)
 
 
 def engine_modules() -> list[str]:

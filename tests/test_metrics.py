@@ -120,6 +120,43 @@ def test_gaps_moved_out_of_the_counter_keep_exact_percentiles(monkeypatch):
                                          rel=1e-12)
 
 
+def test_a_run_of_steps_is_recorded_as_its_steps_one_at_a_time_would_be(monkeypatch):
+    """A run of identical steps (decode_runs.py) reaches the recorder at once: every counter,
+    every sum of seconds (added one step at a time, in order) and every gap, including where
+    the gap Counter moves to its arrays, are what one step after another records."""
+    from batch import AdmissionLimit, DecodeRun
+    from metrics import GapCounts
+    monkeypatch.setattr(GapCounts, "LIVE_LIMIT", 7)
+    rng = random.Random(5)
+    prompt = make_request("p", 900, 10)
+    prompt.first_scheduled_s = 0.0  # its first chunk ran before the run: a prompt in progress
+    for num_prompt_tokens in (0, 40):
+        by_steps, at_once = RunRecorder(10_000), RunRecorder(10_000)
+        run = DecodeRun(iter(()), 12, 12, 5000, 0, 0.0, admission_limit=AdmissionLimit.KV_BLOCKS,
+                        prompt=prompt if num_prompt_tokens else None,
+                        num_prompt_tokens=num_prompt_tokens, prompt_context_tokens=100)
+        steps, itls_s = [], []
+        for index in range(30):
+            step_s, itl_s = rng.uniform(0.01, 0.03), rng.choice([0.02, rng.uniform(0.01, 0.05)])
+            reserved = 4000 + 16 * index
+            steps.append((step_s, reserved, reserved - rng.randint(0, 15)))
+            itls_s.append(itl_s)
+            batch = SchedulerOutput(admission_limit=AdmissionLimit.KV_BLOCKS)
+            batch.add_decodes(12, 5000 + 12 * index)
+            if num_prompt_tokens:
+                batch.add(prompt, num_prompt_tokens, 100 + num_prompt_tokens * index)
+            result = StepResult(num_bulk_sampled=12, itls=[(itl_s, 12)])
+            by_steps.on_step(step_s, batch, result, *steps[-1][1:], start_s=0.0, num_waiting=3)
+        at_once.on_decode_run(run, steps, itls_s, num_waiting=3)
+        counted = {name: value for name, value in vars(at_once.counters).items()
+                   if name not in ("queue_s", "spec_decoding")}  # (per request; objects)
+        assert counted == {name: vars(by_steps.counters)[name] for name in counted}
+        gaps, expected = at_once.latencies.itl_gaps, by_steps.latencies.itl_gaps
+        assert (gaps.live, list(gaps.values), list(gaps.counts)) == (
+            expected.live, list(expected.values), list(expected.counts))
+        assert len(gaps.values) > 0  # the arrays were used
+
+
 def test_queue_time_summed_as_it_goes_is_math_fsum_of_every_wait():
     """engine_counters.ExactSum keeps no values, yet gives what math.fsum of them all gives."""
     from engine_counters import ExactSum
