@@ -48,7 +48,7 @@ from static_batching import StaticBatchScheduler
 class GroupedDecodes:
     """What both bulk schedulers do with their group of running decodes (`self.decodes`): keep
     RUNNING's admission order (the order the rules allocate in), give the group's crossing
-    members their blocks, and fast-forward runs of identical decode-only steps.
+    members their blocks, and fast-forward runs of identical steps (decode_runs.py).
 
     The group's lists (its members, each step's crossing and finishing ones) are already in
     RUNNING's order, with no sorting: a request joins from right behind the group, or is
@@ -127,7 +127,7 @@ class GroupedDecodes:
 
     def _decode_run_slots(self, prompt: Optional[Request] = None, num_prompt_tokens: int = 0,
                           through_a_finish: bool = False) -> Iterator[int]:
-        """Slots each coming decode-only step reserves, until one would finish somebody or the
+        """Slots each coming step of a run reserves, until one would finish somebody or the
         pool could not hold its crossing decodes' blocks. With tokens in flight, a step putting
         somebody's last token in flight is still one of the run (reading the batch before it
         finishes nobody); the one after it, which skips that member, is not.
@@ -182,14 +182,16 @@ class GroupedDecodes:
     def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
         """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
         outputs at those times): what schedule and update would have done in each of them, in
-        order; returns the requests its last step finished (freed now). The blocks of all the steps are taken at once, in the order the rules take them
-        (each step's crossing decodes, then the prompt's chunk): nothing is freed in between,
-        so the pool hands out the same blocks. Unless, with prefix caching, a step registers
-        blocks between two takes (a decode's outputs, or the prompt's tokens, known in
-        advance): then one step at a time."""
+        order; returns the requests its last step finished (freed now). The blocks of all the
+        steps are taken at once, in the order the rules take them (each step's crossing
+        decodes, then the prompt's chunk): nothing is freed in between, so the pool hands out
+        the same blocks. The prompt's full blocks get their cache entries after the take (an
+        entry for a held block changes no block the pool hands out; a block a take evicts is
+        cached under its content again by the prompt, before or after, all the same). Decodes
+        whose outputs are known in advance register blocks as the steps go: one step at a
+        time."""
         kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
-        if kv_cache.enable_prefix_caching and (decodes.num_with_known_outputs or (
-                prompt is not None and prompt.content is not None)):
+        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
             return self._apply_decode_run_steps(run, step_ends_s)
         steps = range(decodes.step, decodes.step + len(step_ends_s))
         if prompt is None:  # a block for each crossing decode, step after step
@@ -205,6 +207,8 @@ class GroupedDecodes:
                 request_ids.append(prompt.request_id)
                 num_blocks.append(next(chunk_blocks))
             kv_cache.append_blocks(request_ids, num_blocks)
+            kv_cache.note_scheduled(prompt, prompt.num_computed_tokens
+                                    + run.num_prompt_tokens * len(step_ends_s))
         kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))
         if prompt is not None:
             prompt.num_computed_tokens += run.num_prompt_tokens * len(step_ends_s)
@@ -218,12 +222,12 @@ class GroupedDecodes:
         return []
 
     def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
-        """apply_decode_run one step at a time, as schedule and update do it."""
+        """apply_decode_run one step at a time, as schedule and update do it (with prefix
+        caching, for decodes whose filled blocks are registered: their outputs are known)."""
         kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
         for index, end_s in enumerate(step_ends_s, 1):
             kv_cache.append_blocks(decodes.crossing_now())
-            if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
-                self._register_completed_blocks(decodes.step)
+            self._register_completed_blocks(decodes.step)
             kv_cache.fill_slots(run.num_seqs)
             if prompt is not None:  # its chunk, as the rules allocate and apply it
                 kv_cache.allocate_slots(prompt, prompt.num_computed_tokens, run.num_prompt_tokens)

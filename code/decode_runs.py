@@ -29,12 +29,12 @@ from request import Request
 
 def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
                                   observers, wider: bool = True) -> float:
-    """After a step: when the scheduler is sure its coming steps are the same decode-only batch
-    (NAIVE and STATIC between finishes; continuous batching of decodes alone, nobody
-    admissible, or of decodes and one prompt's chunks), price and record those steps here
-    without asking it again: every step still on its own, as main.simulate's loop would, until
-    one would change something or an arrival is due (it must be admitted first). Returns the
-    clock after them (`clock_s` if none ran). `wider`: BulkScheduler's wider runs (see its
+    """After a step: when the scheduler is sure its coming steps are the same batch (NAIVE and
+    STATIC between finishes; continuous batching of decodes alone, nobody admissible, or of
+    decodes and one prompt's chunks), price and record those steps here without asking it
+    again: every step still on its own, as main.simulate's loop would, until one would change
+    something or an arrival is due (it must be admitted first). Returns the clock after them
+    (`clock_s` if none ran). `wider`: BulkScheduler's wider runs (see its
     `identical_decode_steps`); one that ends finishing somebody may be followed by another."""
     if not isinstance(scheduler, BULK_SCHEDULERS):
         return clock_s  # the rules, one step at a time
@@ -58,8 +58,9 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
     context, last_token_s = run.num_context_tokens, run.last_token_s
     num_prompt_tokens, prompt_context = run.num_prompt_tokens, run.prompt_context_tokens
-    steps, itls_s, step_ends_s = [], [], []  # (seconds, slots reserved, used) each, for the
-    seen = None  # the latest step, for observers   # recorder; the gaps; when each step ended
+    steps, itls_s, step_ends_s = [], [], []  # for the recorder: (seconds, KV slots reserved,
+    #                                          used) each, and the gaps; when each step ended
+    seen = None  # the latest step, for observers
     for new_slots in run.new_slots_reserved:
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             break
@@ -97,7 +98,7 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
 
 def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers) -> float:
     """After a pass of main.simulate's loop (`steps`: its SyncSteps or async scheduling's
-    BatchQueue), the coming identical decode-only steps, if the scheduler is sure of some.
+    BatchQueue), the coming identical steps, if the scheduler is sure of some.
     Returns the clock after them (`clock_s` if none ran)."""
     if isinstance(steps.scheduler, AsyncBulkScheduler):
         return repeat_identical_queued_steps(steps, recorder, arrivals, clock_s, observers)

@@ -108,11 +108,18 @@ class PagedKVCache:
         if num_new_blocks:  # the tokens cross into blocks the request does not hold yet
             self.block_tables.setdefault(request_id, []).extend(self.pool.take(num_new_blocks))
         self.num_empty_slots += num_new_blocks * self.block_size - num_new_tokens
-        if self.enable_prefix_caching:
-            num_known = min(num_computed + num_new_tokens, request.num_tokens)
-            self._register_shared_blocks(request, num_known)
-            self._note_hashed_tokens(request_id, num_computed + num_new_tokens, num_known)
+        self.note_scheduled(request, num_computed + num_new_tokens)
         return True
+
+    def note_scheduled(self, request: Request, num_scheduled: int) -> None:
+        """Prefix caching's part of an allocation for the request's first `num_scheduled`
+        tokens: its full blocks of known tokens get their cache entries (and vLLM's hashing
+        waits for tokens not known yet). A run of chunks (bulk_scheduler.py) takes its blocks
+        and then notes this once: entries for held blocks change no block the pool hands out."""
+        if self.enable_prefix_caching:
+            num_known = min(num_scheduled, request.num_tokens)
+            self._register_shared_blocks(request, num_known)
+            self._note_hashed_tokens(request.request_id, num_scheduled, num_known)
 
     def cache_known_tokens(self, request: Request, num_known: int) -> None:
         """Async scheduling: the request's output arrived, so its first `num_known` tokens are

@@ -105,10 +105,20 @@ def workload_of_shared_prompts(rows, rng: random.Random):
     return Workload("test", f"{len(rows)} test requests", {"name": "test"}, make_requests)
 
 
-def test_async_fast_forwards_with_prefix_caching_serve_every_request_at_the_same_times():
-    """Async scheduling with prefix caching: decodes' own blocks are hashed as their tokens
-    arrive, and a recorded answer's blocks are shared (the fast-forward stays off while one
-    decodes); random cases served both ways."""
+def test_fast_forwards_with_prefix_caching_serve_every_request_at_the_same_times(monkeypatch):
+    """Prefix caching, async scheduling and synchronous: decodes' own blocks are hashed as
+    their tokens arrive, and a recorded answer's blocks are shared (under async scheduling the
+    fast-forward stays off while one decodes; synchronously its runs go one step at a time,
+    registering its blocks as the rules do); random cases served both ways."""
+    from bulk_scheduler import GroupedDecodes
+    steps_apart = []
+    one_step_at_a_time = GroupedDecodes._apply_decode_run_steps
+
+    def noted(self, run, step_ends_s):
+        steps_apart.append(len(step_ends_s))
+        return one_step_at_a_time(self, run, step_ends_s)
+
+    monkeypatch.setattr(GroupedDecodes, "_apply_decode_run_steps", noted)
     for seed in range(10):
         rng = random.Random(seed)
         config, num_blocks, rows, _ = random_case(rng)
@@ -117,9 +127,12 @@ def test_async_fast_forwards_with_prefix_caching_serve_every_request_at_the_same
         for mode in ("continuous", "chunked"):
             if mode == "continuous" and config.token_budget(False) < config.max_model_len:
                 continue
-            bulk = served(config, num_blocks, rows, None, mode, [], workload)
-            rules = served(config, num_blocks, rows, None, mode, [EveryRequest()], workload)
-            assert bulk == rules, f"seed {seed}, mode {mode}"
+            for scheduling in schedulings(config, mode):
+                bulk = served(scheduling, num_blocks, rows, None, mode, [], workload)
+                rules = served(scheduling, num_blocks, rows, None, mode, [EveryRequest()],
+                               workload)
+                assert bulk == rules, f"seed {seed}, mode {mode}, {scheduling.async_scheduling=}"
+    assert sum(steps_apart) > 20, steps_apart  # runs of a recorded answer's decodes were taken
 
 
 def test_async_scheduling_fast_forwards_decodes_alone(monkeypatch):
