@@ -124,8 +124,13 @@ class BlockPool:
         full, rest = block_ids[:num_cached_blocks], block_ids[num_cached_blocks:]
         shared = self._extra_holders and self._extra_holders.keys() & block_ids
         if shared:  # another request still holds these: they stay where they are
-            for block_id in shared:
-                self._let_go_of_shared(block_id)
+            extra_holders = self._extra_holders
+            for block_id in shared:  # one holder fewer beyond the first
+                extra = extra_holders[block_id]
+                if extra == 1:
+                    del extra_holders[block_id]
+                else:
+                    extra_holders[block_id] = extra - 1
             full = [block_id for block_id in full if block_id not in shared]
             rest = [block_id for block_id in rest if block_id not in shared]
             num_with_entries = None  # (the first ones are not the same ones now)
@@ -142,14 +147,6 @@ class BlockPool:
             self._in_back.update(filter(self._entry_of.__contains__, block_ids))
         elif num_with_entries:
             self._in_back.update(block_ids[:num_with_entries])
-
-    def _let_go_of_shared(self, block_id: int) -> None:
-        """One holder of a shared block let go of it: one fewer beyond the first."""
-        extra = self._extra_holders[block_id]
-        if extra == 1:
-            del self._extra_holders[block_id]
-        else:
-            self._extra_holders[block_id] = extra - 1
 
     def free_block_ids(self) -> list[int]:
         """Every free block, in the order the queue hands them out (a check's full pass)."""
@@ -205,13 +202,14 @@ class BlockPool:
 
     def touch(self, block_ids: list[int]) -> None:
         """Prefix hits: each block is held once more; a free one leaves the free queue."""
+        in_back, left_behind, extra_holders = self._in_back, self._left_behind, self._extra_holders
         for block_id in block_ids:
-            if block_id in self._in_back:  # free: it leaves the queue, now held once
-                self._in_back.remove(block_id)
+            if block_id in in_back:  # free: it leaves the queue, now held once
+                in_back.remove(block_id)
                 self._num_in_back -= 1
-                self._left_behind[block_id] = self._left_behind.get(block_id, 0) + 1
+                left_behind[block_id] = left_behind.get(block_id, 0) + 1
             else:
-                self._extra_holders[block_id] = self._extra_holders.get(block_id, 0) + 1
+                extra_holders[block_id] = extra_holders.get(block_id, 0) + 1
 
     def is_free(self, block_id: int) -> bool:
         """Of a block holding a cache entry: nobody holds it (it waits at the back)."""

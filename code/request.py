@@ -23,7 +23,7 @@ Times are on the virtual clock, in seconds since the workload began (`arrival_s`
 import enum
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Optional
+from typing import NamedTuple, Optional
 
 
 class RequestStatus(enum.Enum):
@@ -60,8 +60,7 @@ class TokenRun:
                 for b in range(first, first + num_blocks * block_size, block_size)]
 
 
-@dataclass(frozen=True, slots=True)
-class NamedBlocks:
+class NamedBlocks(NamedTuple):  # (a tuple: one is made for each hash id a prompt names)
     """Blocks `first` .. `stop` - 1 of a sequence, all wholly inside one run of named tokens
     (of a Mooncake hash id, 32 blocks of 16; of a shared prefix, all of it). Their tokens
     follow from the run's: so they need no key each, and prefix caching hashes them as one
