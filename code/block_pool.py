@@ -37,6 +37,9 @@ TRIM_BACK = 4096  # blocks handed out from the back before the list may drop the
 class BlockPool:
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
+        self.num_free_blocks = num_blocks  # nobody holds them, those still holding a cache
+        #                                    entry included (as vLLM counts): the free queue's
+        #                                    length, kept as take, free and touch move it
         self._front: list[int] = []                        # freed, no cache entry (next: last)
         self._next_unused = 1                              # never used: _next_unused .. num_blocks
         self._back: list[int] = []                         # freed full blocks, oldest first
@@ -51,11 +54,6 @@ class BlockPool:
         self._later_blocks_of: dict[int, list[int]] = {}   # and those cached under it after
 
     @property
-    def num_free_blocks(self) -> int:
-        """Blocks nobody holds, those still holding a cache entry included (as vLLM counts)."""
-        return len(self._front) + (self.num_blocks + 1 - self._next_unused) + self._num_in_back
-
-    @property
     def num_shared_holds(self) -> int:
         """Holds beyond each block's first: what block tables count twice."""
         return sum(self._extra_holders.values())
@@ -63,6 +61,7 @@ class BlockPool:
     def take(self, count: int) -> list[int]:
         """The `count` blocks at the front of the free queue, each now held once; any cache
         entry they still held is dropped (evicted). The caller checked there are enough."""
+        self.num_free_blocks -= count
         front, taken = self._front, []
         num_front = min(count, len(front))
         if num_front:
@@ -134,6 +133,7 @@ class BlockPool:
             full = [block_id for block_id in full if block_id not in shared]
             rest = [block_id for block_id in rest if block_id not in shared]
             num_with_entries = None  # (the first ones are not the same ones now)
+        self.num_free_blocks += len(rest) + len(full)
         self._front.extend(rest)  # the tail block frontmost
         self._back.extend(reversed(full))
         self._note_in_back(full, num_with_entries)
@@ -207,6 +207,7 @@ class BlockPool:
             if block_id in in_back:  # free: it leaves the queue, now held once
                 in_back.remove(block_id)
                 self._num_in_back -= 1
+                self.num_free_blocks -= 1
                 left_behind[block_id] = left_behind.get(block_id, 0) + 1
             else:
                 extra_holders[block_id] = extra_holders.get(block_id, 0) + 1
