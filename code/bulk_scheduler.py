@@ -6,7 +6,7 @@ and decide exactly what they decide, with less work per step:
 
     GroupedDecodes            what both schedulers below do with their group (running_decodes.py):
                               RUNNING's admission order, the crossing members' new blocks,
-                              runs of identical steps (what they reserve, and applying them)
+                              runs of identical steps (decode_runs.RunsOfIdenticalSteps)
     BulkScheduler             vLLM V1's rules, with the running decodes kept in bulk whenever
                               the rules would surely give each of them one token: the budget
                               covers them, they all come before the running prompts, and the
@@ -34,18 +34,18 @@ reads them. tests/test_bulk_scheduler.py checks that both paths give the same re
 
 import itertools
 from collections import deque
-from typing import Iterator, Optional
+from typing import Optional
 
 from async_scheduling import AsyncScheduler
 from batch import AdmissionLimit, DecodeRun, ScheduledRequest, SchedulerOutput, StepResult
-from kv_cache import num_blocks_for
+from decode_runs import RunsOfIdenticalSteps, decodes_alone
 from request import Request, RequestStatus
 from running_decodes import RunningDecodes
 from scheduler import Scheduler
 from static_batching import StaticBatchScheduler
 
 
-class GroupedDecodes:
+class GroupedDecodes(RunsOfIdenticalSteps):
     """What both bulk schedulers do with their group of running decodes (`self.decodes`): keep
     RUNNING's admission order (the order the rules allocate in), give the group's crossing
     members their blocks, and fast-forward runs of identical steps (decode_runs.py).
@@ -125,116 +125,6 @@ class GroupedDecodes:
                     taking.append(request.request_id)
             kv_cache.append_blocks(taking)
 
-    def _decode_run_slots(self, prompt: Optional[Request] = None, num_prompt_tokens: int = 0,
-                          through_a_finish: bool = False) -> Iterator[int]:
-        """Slots each coming step of a run reserves, until one would finish somebody or the
-        pool could not hold its crossing decodes' blocks. With tokens in flight, a step putting
-        somebody's last token in flight is still one of the run (reading the batch before it
-        finishes nobody); the one after it, which skips that member, is not.
-        `through_a_finish`: the step that samples somebody's last token is the run's last
-        (it is scheduled as the others are; its finished requests are freed after it).
-
-        With a `prompt` behind the decodes, each step also gives it a chunk of
-        `num_prompt_tokens`, up to the step whose chunk would not spend them all (or would end
-        its prompt), and its new blocks are taken after the decodes' (in running order)."""
-        decodes, kv_cache = self.decodes, self.kv_cache
-        num_free_blocks = kv_cache.num_free_blocks
-        step = decodes.step
-        if prompt is not None:
-            num_computed, chunk_blocks = prompt.num_computed_tokens, self._chunk_blocks(prompt,
-                                                                                num_prompt_tokens)
-        while True:
-            finishes = decodes.finishes_at(step + 1 - decodes.tokens_in_flight)
-            if finishes and not through_a_finish:
-                return
-            num_new_blocks = len(decodes.crossing_at(step))
-            if prompt is not None:
-                if not self._chunk_spends_budget(prompt, num_computed, num_prompt_tokens):
-                    return
-                num_computed += num_prompt_tokens
-                num_new_blocks += next(chunk_blocks)
-            if num_new_blocks > num_free_blocks:
-                return
-            num_free_blocks -= num_new_blocks
-            yield num_new_blocks * kv_cache.block_size
-            if finishes:
-                return
-            step += 1
-
-    def _chunk_spends_budget(self, request: Request, num_computed: int, token_budget: int) -> bool:
-        """Would the rules give a running prompt with `num_computed` tokens computed a chunk of
-        the whole `token_budget` (`_num_new_tokens`), leaving it a prompt still (no sample)?"""
-        num_left = request.num_tokens - num_computed
-        return (num_left > token_budget and self._cap_long_prefill(num_left) >= token_budget
-                and self.max_model_len - 1 - num_computed >= token_budget)
-
-    def _chunk_blocks(self, prompt: Request, num_prompt_tokens: int) -> Iterator[int]:
-        """The new blocks each of the prompt's coming chunks of `num_prompt_tokens` takes."""
-        kv_cache = self.kv_cache
-        num_computed = prompt.num_computed_tokens
-        num_held = len(kv_cache.block_tables[prompt.request_id])
-        while True:
-            num_computed += num_prompt_tokens
-            num_new_blocks = num_blocks_for(num_computed, kv_cache.block_size) - num_held
-            num_held += num_new_blocks
-            yield num_new_blocks
-
-    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
-        """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
-        outputs at those times): what schedule and update would have done in each of them, in
-        order; returns the requests its last step finished (freed now). The blocks of all the
-        steps are taken at once, in the order the rules take them (each step's crossing
-        decodes, then the prompt's chunk): nothing is freed in between, so the pool hands out
-        the same blocks. The prompt's full blocks get their cache entries after the take (an
-        entry for a held block changes no block the pool hands out; a block a take evicts is
-        cached under its content again by the prompt, before or after, all the same). Decodes
-        whose outputs are known in advance register blocks as the steps go: one step at a
-        time."""
-        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
-        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
-            return self._apply_decode_run_steps(run, step_ends_s)
-        steps = range(decodes.step, decodes.step + len(step_ends_s))
-        if prompt is None:  # a block for each crossing decode, step after step
-            kv_cache.append_blocks([request_id for step in steps
-                                    for request_id in decodes.crossing_at(step)])
-        else:  # ... and the prompt's chunk's blocks after them, in each step
-            request_ids, num_blocks = [], []
-            chunk_blocks = self._chunk_blocks(prompt, run.num_prompt_tokens)
-            for step in steps:
-                crossing = decodes.crossing_at(step)
-                request_ids += crossing
-                num_blocks += [1] * len(crossing)
-                request_ids.append(prompt.request_id)
-                num_blocks.append(next(chunk_blocks))
-            kv_cache.append_blocks(request_ids, num_blocks)
-            kv_cache.note_scheduled(prompt, prompt.num_computed_tokens
-                                    + run.num_prompt_tokens * len(step_ends_s))
-        kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))
-        if prompt is not None:
-            prompt.num_computed_tokens += run.num_prompt_tokens * len(step_ends_s)
-        return self._step_group_in_run(step_ends_s)
-
-    def _step_group_in_run(self, step_ends_s: list[float]) -> list[Request]:
-        """The group steps once per step of a run, ending at these times; returns those the
-        last step finished (none here: see BulkScheduler's)."""
-        for end_s in step_ends_s:
-            self._step_group(end_s)
-        return []
-
-    def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
-        """apply_decode_run one step at a time, as schedule and update do it (with prefix
-        caching, for decodes whose filled blocks are registered: their outputs are known)."""
-        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
-        for index, end_s in enumerate(step_ends_s, 1):
-            kv_cache.append_blocks(decodes.crossing_now())
-            self._register_completed_blocks(decodes.step)
-            kv_cache.fill_slots(run.num_seqs)
-            if prompt is not None:  # its chunk, as the rules allocate and apply it
-                kv_cache.allocate_slots(prompt, prompt.num_computed_tokens, run.num_prompt_tokens)
-                prompt.num_computed_tokens += run.num_prompt_tokens
-            if index < len(step_ends_s):
-                self._step_group(end_s)
-        return self._step_group_in_run(step_ends_s[-1:])
 
 
 class BulkScheduler(GroupedDecodes, Scheduler):
@@ -509,38 +399,6 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
                          admission_limit=limit)
 
 
-def decodes_alone(scheduler: Scheduler, num_decodes: int) -> tuple[bool, Optional[AdmissionLimit]]:
-    """Can the coming steps be the `num_decodes` running decodes alone (the budget covers them,
-    and WAITING's head, if any, stays out), and what keeps the head out (None: nobody waits)."""
-    token_budget = scheduler.max_num_batched_tokens - num_decodes
-    if token_budget < 0:
-        return False, None
-    if not scheduler.waiting:
-        return True, None
-    limit = waiting_limit(scheduler, token_budget)
-    return limit is not None, limit  # None: the head could be admitted
-
-
-def waiting_limit(scheduler: Scheduler, token_budget: int) -> Optional[AdmissionLimit]:
-    """What keeps the head of WAITING out now, through the coming decode-only steps too; None
-    if it could be admitted now, or if its reason might change while decodes run.
-
-    The budget and the batch stay as they are, and the free blocks only shrink, so the head
-    stays out, for the same reason, with one exception: without chunked prefill, a head that
-    waits for blocks while it finds some cached may lose those to the decodes' new blocks,
-    and then wait for the budget instead. Such a step takes the rules."""
-    limit = scheduler._batch_limit(token_budget)
-    if limit is not None:
-        return limit
-    head = scheduler.waiting[0]
-    cached_blocks = scheduler.kv_cache.find_cached_prefix(head)
-    limit = scheduler._head_limit(head, token_budget, cached_blocks)
-    if (limit is AdmissionLimit.KV_BLOCKS and cached_blocks
-            and not scheduler.enable_chunked_prefill):
-        return None
-    return limit
-
-
 class BulkStaticBatchScheduler(StaticBatchScheduler):
     """STATIC's batch (static_batching.py), its decode steps counted instead of named."""
 
@@ -572,6 +430,3 @@ class BulkStaticBatchScheduler(StaticBatchScheduler):
             self.unfinished.advance(end_s)
             self.num_padded_tokens += 1
         return []
-
-
-BULK_SCHEDULERS = (BulkScheduler, BulkStaticBatchScheduler)  # the synchronous ones

@@ -8,6 +8,9 @@ module's loops then take those steps one by one as main.simulate's loop would, e
 the clock and recorded on its own, and hand the scheduler their end times at once
 (`apply_decode_run`):
 
+    RunsOfIdenticalSteps            the grouped schedulers' part: what each coming step of a
+                                    run reserves, and the run applied at once
+    decodes_alone, waiting_limit    can the coming steps be decodes alone, WAITING's head out
     repeat_identical_steps          main.simulate's call after every pass: one of the two below
     repeat_identical_decode_steps   synchronous scheduling (and a cluster's replicas)
     repeat_identical_queued_steps   async scheduling: each step timed as the engine's batch
@@ -18,13 +21,169 @@ Nothing here is a rule of vLLM's scheduler, and nothing here changes a result: t
 the ones the rules would take, with the same sums (tests/test_bulk_scheduler.py).
 """
 
-from typing import NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional
 
-from batch import DecodeRun, EngineStep, SchedulerOutput, StepResult
-from bulk_scheduler import BULK_SCHEDULERS, AsyncBulkScheduler
+from async_scheduling import BatchQueue
+from batch import AdmissionLimit, DecodeRun, EngineStep, SchedulerOutput, StepResult
+from kv_cache import num_blocks_for
 from request import Request
+from scheduler import Scheduler
 
 
+class RunsOfIdenticalSteps:
+    """What a grouped scheduler (bulk_scheduler.GroupedDecodes) does for a run it offers: what
+    each coming step of it reserves, until one would change something, and the run applied
+    once the engine ran it. The scheduler brings its group (`self.decodes`), its KV cache and
+    its rules' caps; `_step_group` is its own group's step."""
+
+    def _decode_run_slots(self, prompt: Optional[Request] = None, num_prompt_tokens: int = 0,
+                          through_a_finish: bool = False) -> Iterator[int]:
+        """Slots each coming step of a run reserves, until one would finish somebody or the
+        pool could not hold its crossing decodes' blocks. With tokens in flight, a step putting
+        somebody's last token in flight is still one of the run (reading the batch before it
+        finishes nobody); the one after it, which skips that member, is not.
+        `through_a_finish`: the step that samples somebody's last token is the run's last
+        (it is scheduled as the others are; its finished requests are freed after it).
+
+        With a `prompt` behind the decodes, each step also gives it a chunk of
+        `num_prompt_tokens`, up to the step whose chunk would not spend them all (or would end
+        its prompt), and its new blocks are taken after the decodes' (in running order)."""
+        decodes, kv_cache = self.decodes, self.kv_cache
+        num_free_blocks = kv_cache.num_free_blocks
+        step = decodes.step
+        if prompt is not None:
+            num_computed, chunk_blocks = prompt.num_computed_tokens, self._chunk_blocks(prompt,
+                                                                                num_prompt_tokens)
+        while True:
+            finishes = decodes.finishes_at(step + 1 - decodes.tokens_in_flight)
+            if finishes and not through_a_finish:
+                return
+            num_new_blocks = len(decodes.crossing_at(step))
+            if prompt is not None:
+                if not self._chunk_spends_budget(prompt, num_computed, num_prompt_tokens):
+                    return
+                num_computed += num_prompt_tokens
+                num_new_blocks += next(chunk_blocks)
+            if num_new_blocks > num_free_blocks:
+                return
+            num_free_blocks -= num_new_blocks
+            yield num_new_blocks * kv_cache.block_size
+            if finishes:
+                return
+            step += 1
+
+    def _chunk_spends_budget(self, request: Request, num_computed: int, token_budget: int) -> bool:
+        """Would the rules give a running prompt with `num_computed` tokens computed a chunk of
+        the whole `token_budget` (`_num_new_tokens`), leaving it a prompt still (no sample)?"""
+        num_left = request.num_tokens - num_computed
+        return (num_left > token_budget and self._cap_long_prefill(num_left) >= token_budget
+                and self.max_model_len - 1 - num_computed >= token_budget)
+
+    def _chunk_blocks(self, prompt: Request, num_prompt_tokens: int) -> Iterator[int]:
+        """The new blocks each of the prompt's coming chunks of `num_prompt_tokens` takes."""
+        kv_cache = self.kv_cache
+        num_computed = prompt.num_computed_tokens
+        num_held = len(kv_cache.block_tables[prompt.request_id])
+        while True:
+            num_computed += num_prompt_tokens
+            num_new_blocks = num_blocks_for(num_computed, kv_cache.block_size) - num_held
+            num_held += num_new_blocks
+            yield num_new_blocks
+
+    def apply_decode_run(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
+        """The engine ran len(step_ends_s) steps of `run` (under async scheduling: read their
+        outputs at those times): what schedule and update would have done in each of them, in
+        order; returns the requests its last step finished (freed now). The blocks of all the
+        steps are taken at once, in the order the rules take them (each step's crossing
+        decodes, then the prompt's chunk): nothing is freed in between, so the pool hands out
+        the same blocks. The prompt's full blocks get their cache entries after the take (an
+        entry for a held block changes no block the pool hands out; a block a take evicts is
+        cached under its content again by the prompt, before or after, all the same). Decodes
+        whose outputs are known in advance register blocks as the steps go: one step at a
+        time."""
+        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
+        if kv_cache.enable_prefix_caching and decodes.num_with_known_outputs:
+            return self._apply_decode_run_steps(run, step_ends_s)
+        steps = range(decodes.step, decodes.step + len(step_ends_s))
+        if prompt is None:  # a block for each crossing decode, step after step
+            kv_cache.append_blocks([request_id for step in steps
+                                    for request_id in decodes.crossing_at(step)])
+        else:  # ... and the prompt's chunk's blocks after them, in each step
+            request_ids, num_blocks = [], []
+            chunk_blocks = self._chunk_blocks(prompt, run.num_prompt_tokens)
+            for step in steps:
+                crossing = decodes.crossing_at(step)
+                request_ids += crossing
+                num_blocks += [1] * len(crossing)
+                request_ids.append(prompt.request_id)
+                num_blocks.append(next(chunk_blocks))
+            kv_cache.append_blocks(request_ids, num_blocks)
+            kv_cache.note_scheduled(prompt, prompt.num_computed_tokens
+                                    + run.num_prompt_tokens * len(step_ends_s))
+        kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))
+        if prompt is not None:
+            prompt.num_computed_tokens += run.num_prompt_tokens * len(step_ends_s)
+        return self._step_group_in_run(step_ends_s)
+
+    def _step_group_in_run(self, step_ends_s: list[float]) -> list[Request]:
+        """The group steps once per step of a run, ending at these times; returns those the
+        last step finished (none here: see BulkScheduler's)."""
+        for end_s in step_ends_s:
+            self._step_group(end_s)
+        return []
+
+    def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
+        """apply_decode_run one step at a time, as schedule and update do it (with prefix
+        caching, for decodes whose filled blocks are registered: their outputs are known)."""
+        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
+        for index, end_s in enumerate(step_ends_s, 1):
+            kv_cache.append_blocks(decodes.crossing_now())
+            self._register_completed_blocks(decodes.step)
+            kv_cache.fill_slots(run.num_seqs)
+            if prompt is not None:  # its chunk, as the rules allocate and apply it
+                kv_cache.allocate_slots(prompt, prompt.num_computed_tokens, run.num_prompt_tokens)
+                prompt.num_computed_tokens += run.num_prompt_tokens
+            if index < len(step_ends_s):
+                self._step_group(end_s)
+        return self._step_group_in_run(step_ends_s[-1:])
+
+
+def decodes_alone(scheduler: Scheduler, num_decodes: int) -> tuple[bool, Optional[AdmissionLimit]]:
+    """Can the coming steps be the `num_decodes` running decodes alone (the budget covers them,
+    and WAITING's head, if any, stays out), and what keeps the head out (None: nobody waits)."""
+    token_budget = scheduler.max_num_batched_tokens - num_decodes
+    if token_budget < 0:
+        return False, None
+    if not scheduler.waiting:
+        return True, None
+    limit = waiting_limit(scheduler, token_budget)
+    return limit is not None, limit  # None: the head could be admitted
+
+
+def waiting_limit(scheduler: Scheduler, token_budget: int) -> Optional[AdmissionLimit]:
+    """What keeps the head of WAITING out now, through the coming decode-only steps too; None
+    if it could be admitted now, or if its reason might change while decodes run.
+
+    The budget and the batch stay as they are, and the free blocks only shrink, so the head
+    stays out, for the same reason, with one exception: without chunked prefill, a head that
+    waits for blocks while it finds some cached may lose those to the decodes' new blocks,
+    and then wait for the budget instead. Such a step takes the rules."""
+    limit = scheduler._batch_limit(token_budget)
+    if limit is not None:
+        return limit
+    head = scheduler.waiting[0]
+    cached_blocks = scheduler.kv_cache.find_cached_prefix(head)
+    limit = scheduler._head_limit(head, token_budget, cached_blocks)
+    if (limit is AdmissionLimit.KV_BLOCKS and cached_blocks
+            and not scheduler.enable_chunked_prefill):
+        return None
+    return limit
+
+
+def offers_runs(scheduler) -> bool:
+    """The bulk schedulers (bulk_scheduler.py) offer runs of identical steps; the rules' own
+    (scheduler.py, async_scheduling.py, static_batching.py) never do."""
+    return hasattr(scheduler, "identical_decode_steps")
 
 
 def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
@@ -36,7 +195,7 @@ def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s:
     something or an arrival is due (it must be admitted first). Returns the clock after them
     (`clock_s` if none ran). `wider`: BulkScheduler's wider runs (see its
     `identical_decode_steps`); one that ends finishing somebody may be followed by another."""
-    if not isinstance(scheduler, BULK_SCHEDULERS):
+    if not offers_runs(scheduler):
         return clock_s  # the rules, one step at a time
     finished = True
     while finished:
@@ -100,7 +259,7 @@ def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers)
     """After a pass of main.simulate's loop (`steps`: its SyncSteps or async scheduling's
     BatchQueue), the coming identical steps, if the scheduler is sure of some.
     Returns the clock after them (`clock_s` if none ran)."""
-    if isinstance(steps.scheduler, AsyncBulkScheduler):
+    if isinstance(steps, BatchQueue) and offers_runs(steps.scheduler):
         return repeat_identical_queued_steps(steps, recorder, arrivals, clock_s, observers)
     return repeat_identical_decode_steps(steps.scheduler, steps.clock, recorder, arrivals,
                                          clock_s, observers)
