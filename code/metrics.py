@@ -60,7 +60,7 @@ class Distribution:
     @classmethod
     def of_counts(cls, counts: Counter) -> "Distribution":
         values = sorted(counts)
-        return cls(values, array("q", (counts[value] for value in values)))
+        return cls(values, array("q", map(counts.__getitem__, values)))
 
     @classmethod
     def of_samples(cls, samples) -> "Distribution":
