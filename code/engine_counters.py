@@ -38,6 +38,7 @@ batch.AdmissionLimit), as shares of the busy time, and how long the queue was:
 
 import math
 from collections import Counter
+from typing import Optional
 
 from batch import AdmissionLimit, DecodeRun, SchedulerOutput, StepResult
 from request import Request, RequestStatus
@@ -129,18 +130,12 @@ class EngineCounters:
                 reserved_slots: int, used_slots: int, *, start_s: float, num_waiting: int) -> None:
         """`reserved_slots` and `used_slots` are the KV cache's state while the step ran, which
         began at `start_s` with `num_waiting` requests left waiting."""
-        steps = ((step_s, reserved_slots, used_slots),)
-        self._count_steps(steps, batch.num_seqs, batch.num_scheduled_tokens,
-                          batch.num_padding_tokens, batch.num_decode_tokens, batch.num_idle_slots)
+        self._count_steps(((step_s, reserved_slots, used_slots),), batch.num_seqs,
+                          batch.num_scheduled_tokens, batch.num_padding_tokens,
+                          batch.num_decode_tokens, batch.num_idle_slots, num_waiting,
+                          batch.admission_limit)
         self.num_prompt_padding_tokens += batch.num_prompt_padding_tokens
-        has_prompts = batch.num_scheduled_tokens > batch.num_decode_tokens
-        if has_prompts:  # prompt tokens in the step
-            self.prompt_busy_s += step_s
-            self.num_decode_tokens_beside_prompts += batch.num_decode_tokens
-        elif num_waiting:
-            self.decode_only_waiting_s += step_s
         self.num_preemptions += len(batch.preempted)
-        self._count_waiting(steps, num_waiting, batch.admission_limit, has_prompts)
         for scheduled in batch.scheduled:  # (decodes counted in bulk are not named: they began
             #                               long ago)
             request = scheduled.request
@@ -151,7 +146,6 @@ class EngineCounters:
                 computed = scheduled.num_context_tokens + scheduled.num_new_tokens
                 if computed < request.prompt_len:  # the step stopped inside the prompt
                     self.num_sliced_prompts += 1
-        self.num_prefill_tokens += batch.num_scheduled_tokens - batch.num_decode_tokens
         for lookup in batch.prefix_lookups:
             if lookup.resumed:
                 self.prefix_cache_resumed_queries += lookup.num_tokens
@@ -166,48 +160,39 @@ class EngineCounters:
                       num_waiting: int) -> None:
         """Steps of a DecodeRun, in order, each (seconds, reserved slots, used slots): what
         `on_step` records for each such step (the same batch, with `num_waiting` waiting)."""
-        num_decodes, num_prompt_tokens = run.num_seqs, run.num_prompt_tokens
+        num_decodes = run.num_seqs
         self._count_steps(steps, num_decodes + (run.prompt is not None),
-                          num_decodes + num_prompt_tokens, run.num_padding_tokens, num_decodes,
-                          run.num_idle_slots)
-        if num_prompt_tokens:  # a chunk of a prompt beside the decodes
-            self.prompt_busy_s = _plus_each_step(self.prompt_busy_s, steps)
-            self.num_decode_tokens_beside_prompts += num_decodes * len(steps)
-            self.num_prefill_tokens += num_prompt_tokens * len(steps)
-        elif num_waiting:
-            self.decode_only_waiting_s = _plus_each_step(self.decode_only_waiting_s, steps)
-        self._count_waiting(steps, num_waiting, run.admission_limit, num_prompt_tokens > 0)
-
-    def _count_waiting(self, steps, num_waiting: int, limit, has_prompts: bool) -> None:
-        """`num_waiting` requests were left waiting by each of `steps` ((seconds, ...) each);
-        `limit` (an AdmissionLimit, or None in NAIVE and STATIC) kept the head out."""
-        if num_waiting:
-            waiting_request_seconds = self.waiting_request_seconds
-            for step_s, _, _ in steps:
-                waiting_request_seconds += num_waiting * step_s
-            self.waiting_request_seconds = waiting_request_seconds
-        if num_waiting > self.peak_num_waiting:
-            self.peak_num_waiting = num_waiting
-        if limit is AdmissionLimit.TOKEN_BUDGET:
-            cause = "prompt_budget" if has_prompts else "decode_budget"
-        elif limit is not None:
-            cause = limit.value
-        else:
-            return
-        self.waiting_s[cause] = _plus_each_step(self.waiting_s[cause], steps)
+                          num_decodes + run.num_prompt_tokens, run.num_padding_tokens,
+                          num_decodes, run.num_idle_slots, num_waiting, run.admission_limit)
 
     def _count_steps(self, steps, num_seqs: int, num_tokens: int, num_padding_tokens: int,
-                     num_decode_tokens: int, num_idle_slots: int) -> None:
-        """Steps of one batch, each (seconds, KV slots reserved, KV slots used) in order; every
-        sum of seconds adds them one at a time, as step after step would."""
+                     num_decode_tokens: int, num_idle_slots: int, num_waiting: int,
+                     limit: Optional[AdmissionLimit]) -> None:
+        """Steps of one batch, each (seconds, KV slots reserved, KV slots used) in order, after
+        each of which `num_waiting` requests were left waiting (`limit` kept the head out: an
+        AdmissionLimit, or None in NAIVE and STATIC). Every sum of seconds adds the steps one
+        at a time, as step after step would."""
         num_steps = len(steps)
         self.num_steps += num_steps
         self.num_scheduled_seqs += num_seqs * num_steps
         self.num_computed_tokens += num_tokens * num_steps
         self.num_padding_tokens += num_padding_tokens * num_steps
         self.num_decode_tokens += num_decode_tokens * num_steps
+        self.num_prefill_tokens += (num_tokens - num_decode_tokens) * num_steps
+        has_prompts = num_tokens > num_decode_tokens  # prompt tokens in the steps
+        if has_prompts:
+            self.num_decode_tokens_beside_prompts += num_decode_tokens * num_steps
+        if num_waiting > self.peak_num_waiting:
+            self.peak_num_waiting = num_waiting
+        if limit is AdmissionLimit.TOKEN_BUDGET:
+            cause = "prompt_budget" if has_prompts else "decode_budget"
+        else:
+            cause = limit.value if limit is not None else None
         busy_s, idle_s = self.busy_s, self.idle_slot_seconds
         reserved_s, wasted_s = self.reserved_slot_seconds, self.wasted_slot_seconds
+        prompt_busy_s, decode_only_waiting_s = self.prompt_busy_s, self.decode_only_waiting_s
+        waiting_request_s = self.waiting_request_seconds
+        cause_s = self.waiting_s[cause] if cause else 0.0
         peak = self.peak_reserved_slots
         for step_s, reserved_slots, used_slots in steps:
             busy_s += step_s
@@ -216,8 +201,18 @@ class EngineCounters:
             wasted_s += (reserved_slots - used_slots) * step_s
             if reserved_slots > peak:
                 peak = reserved_slots
+            if has_prompts:
+                prompt_busy_s += step_s
+            elif num_waiting:
+                decode_only_waiting_s += step_s
+            waiting_request_s += num_waiting * step_s
+            cause_s += step_s
         self.busy_s, self.idle_slot_seconds = busy_s, idle_s
         self.reserved_slot_seconds, self.wasted_slot_seconds = reserved_s, wasted_s
+        self.prompt_busy_s, self.decode_only_waiting_s = prompt_busy_s, decode_only_waiting_s
+        self.waiting_request_seconds = waiting_request_s
+        if cause:
+            self.waiting_s[cause] = cause_s
         self.peak_reserved_slots = peak
 
     def summary(self) -> dict:
@@ -267,11 +262,3 @@ class EngineCounters:
 
 def _pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
-
-
-def _plus_each_step(total_s: float, steps) -> float:
-    """`total_s` plus each step's seconds, one at a time (as step after step adds them; `sum`
-    may round otherwise)."""
-    for step_s, _, _ in steps:
-        total_s += step_s
-    return total_s
