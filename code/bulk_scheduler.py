@@ -126,7 +126,6 @@ class GroupedDecodes(RunsOfIdenticalSteps):
             kv_cache.append_blocks(taking)
 
 
-
 class BulkScheduler(GroupedDecodes, Scheduler):
     """vLLM V1's scheduler (scheduler.py), its running decodes scheduled as a group."""
 

@@ -133,16 +133,14 @@ class RunsOfIdenticalSteps:
         return []
 
     def _apply_decode_run_steps(self, run: DecodeRun, step_ends_s: list[float]) -> list[Request]:
-        """apply_decode_run one step at a time, as schedule and update do it (with prefix
-        caching, for decodes whose filled blocks are registered: their outputs are known)."""
-        kv_cache, decodes, prompt = self.kv_cache, self.decodes, run.prompt
+        """apply_decode_run one step at a time, as schedule and update do it: with prefix
+        caching, for decodes whose filled blocks are registered (their outputs are known; such
+        a run has no prompt's chunks, see BulkScheduler.decodes_and_a_chunk)."""
+        kv_cache, decodes = self.kv_cache, self.decodes
         for index, end_s in enumerate(step_ends_s, 1):
             kv_cache.append_blocks(decodes.crossing_now())
             self._register_completed_blocks(decodes.step)
             kv_cache.fill_slots(run.num_seqs)
-            if prompt is not None:  # its chunk, as the rules allocate and apply it
-                kv_cache.allocate_slots(prompt, prompt.num_computed_tokens, run.num_prompt_tokens)
-                prompt.num_computed_tokens += run.num_prompt_tokens
             if index < len(step_ends_s):
                 self._step_group(end_s)
         return self._step_group_in_run(step_ends_s[-1:])

@@ -114,7 +114,7 @@ class PagedKVCache:
     def note_scheduled(self, request: Request, num_scheduled: int) -> None:
         """Prefix caching's part of an allocation for the request's first `num_scheduled`
         tokens: its full blocks of known tokens get their cache entries (and vLLM's hashing
-        waits for tokens not known yet). A run of chunks (bulk_scheduler.py) takes its blocks
+        waits for tokens not known yet). A run of chunks (decode_runs.py) takes its blocks
         and then notes this once: entries for held blocks change no block the pool hands out."""
         if self.enable_prefix_caching:
             num_known = min(num_scheduled, request.num_tokens)
