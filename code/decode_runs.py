@@ -109,15 +109,9 @@ class RunsOfIdenticalSteps:
             kv_cache.append_blocks([request_id for step in steps
                                     for request_id in decodes.crossing_at(step)])
         else:  # ... and the prompt's chunk's blocks after them, in each step
-            request_ids, num_blocks = [], []
             chunk_blocks = self._chunk_blocks(prompt, run.num_prompt_tokens)
-            for step in steps:
-                crossing = decodes.crossing_at(step)
-                request_ids += crossing
-                num_blocks += [1] * len(crossing)
-                request_ids.append(prompt.request_id)
-                num_blocks.append(next(chunk_blocks))
-            kv_cache.append_blocks(request_ids, num_blocks)
+            kv_cache.append_run_blocks([(decodes.crossing_at(step), next(chunk_blocks))
+                                        for step in steps], prompt.request_id)
             kv_cache.note_scheduled(prompt, prompt.num_computed_tokens
                                     + run.num_prompt_tokens * len(step_ends_s))
         kv_cache.fill_slots((run.num_seqs + run.num_prompt_tokens) * len(step_ends_s))

@@ -35,7 +35,7 @@ servesim with Python's hash of integer tuples, the same in every run.
 """
 
 import itertools
-from typing import Collection, Optional
+from typing import Collection
 
 from block_pool import BlockPool
 from request import NamedBlocks, Request
@@ -144,25 +144,30 @@ class PagedKVCache:
         else:
             self._num_hashed_tokens.pop(request_id, None)
 
-    def append_blocks(self, request_ids: Collection[str],
-                      num_blocks: Optional[list[int]] = None) -> None:
+    def append_blocks(self, request_ids: Collection[str]) -> None:
         """One more block for each request, whose last block is full (decodes crossing into a
-        new block), or `num_blocks[i]` more for the i-th, in that order; the caller has checked
-        that the pool holds them. Their tokens are counted in with `fill_slots`."""
+        new block), in that order; the caller has checked that the pool holds them. Their
+        tokens are counted in with `fill_slots`."""
         if not request_ids:
             return  # (most steps: no decode fills its last block)
         block_tables = self.block_tables
-        if num_blocks is None:
-            num_taken = len(request_ids)
-            for request_id, block_id in zip(request_ids, self.pool.take(num_taken)):
+        for request_id, block_id in zip(request_ids, self.pool.take(len(request_ids))):
+            block_tables[request_id].append(block_id)
+        self.num_empty_slots += len(request_ids) * self.block_size
+
+    def append_run_blocks(self, steps: list[tuple[Collection[str], int]], prompt_id: str) -> None:
+        """The blocks of steps in a row (a run of them, decode_runs.py), in the order the rules
+        take them: in each step (crossing decodes' ids, the prompt's new blocks), one for each
+        decode crossing into a new block, then the prompt's chunk's. One take from the pool:
+        nothing is freed in between, so it hands out the same blocks as a take a step."""
+        taken = self.pool.take(sum(len(crossing) + num_blocks for crossing, num_blocks in steps))
+        block_tables, blocks = self.block_tables, iter(taken)
+        prompt_table = block_tables[prompt_id]
+        for crossing, num_prompt_blocks in steps:
+            for request_id, block_id in zip(crossing, blocks):  # (zip takes one block each)
                 block_tables[request_id].append(block_id)
-        else:
-            num_taken, start = sum(num_blocks), 0
-            taken = self.pool.take(num_taken)
-            for request_id, count in zip(request_ids, num_blocks):
-                block_tables[request_id] += taken[start:start + count]
-                start += count
-        self.num_empty_slots += num_taken * self.block_size
+            prompt_table.extend(itertools.islice(blocks, num_prompt_blocks))
+        self.num_empty_slots += len(taken) * self.block_size
 
     def fill_slots(self, num_tokens: int) -> None:
         """`num_tokens` tokens are cached in slots their requests hold (blocks taken with

@@ -70,26 +70,28 @@ def test_decodes_in_bulk_take_blocks_only_where_they_cross_a_boundary():
     assert kv.num_used_slots == 9 and kv.num_free_blocks == 7
 
 
-def test_blocks_taken_for_several_requests_at_once_are_those_taken_one_request_at_a_time():
-    """append_blocks with counts (a run's steps, decode_runs.py): one take from the pool, each
-    request's share in order, as the same takes one after another would hand out."""
-    def tables_after(take_at_once: bool):
+def test_a_runs_blocks_taken_at_once_are_those_taken_step_by_step():
+    """append_run_blocks (a run's steps, decode_runs.py): one take from the pool, handed out in
+    the rules' order (each step's crossing decodes, then the prompt's chunk), is what the same
+    takes one after another hand out."""
+    def tables_after(at_once: bool):
         kv = PagedKVCache(num_blocks=40, block_size=4)
-        for name in "abc":
+        for name in "abcp":
             kv.allocate_slots(make_request(name, 8), 0, 8)
         kv.free(make_request("b", 8))  # its two blocks back to the queue, to be taken first
-        claims = [("a", 1), ("c", 3), ("a", 2), ("c", 1)]
-        if take_at_once:
-            kv.append_blocks([name for name, _ in claims], [count for _, count in claims])
+        steps = [(["a", "c"], 3), ([], 2), (["c"], 0), (["a"], 1)]
+        if at_once:
+            kv.append_run_blocks(steps, "p")
         else:
-            for name, count in claims:
-                kv.append_blocks([name] * count)
+            for crossing, num_prompt_blocks in steps:
+                kv.append_blocks(crossing)
+                kv.append_blocks(["p"] * num_prompt_blocks)
         return kv.block_tables, kv.num_free_blocks, kv.num_reserved_slots
 
     tables, num_free_blocks, _ = tables_after(True)
     assert tables_after(True) == tables_after(False)
-    assert len(tables["a"]) == 2 + 1 + 2 and len(tables["c"]) == 2 + 3 + 1
-    assert tables["a"][2] == 4 and num_free_blocks == 40 - 4 - 7  # b's tail block, first
+    assert [len(tables[name]) for name in "acp"] == [2 + 2, 2 + 2, 2 + 6]
+    assert tables["a"][2] == 4 and num_free_blocks == 40 - 6 - 10  # b's tail block, first
 
 
 def test_contiguous_reservation_wastes_what_the_request_does_not_use():
