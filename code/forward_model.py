@@ -313,9 +313,8 @@ class SlidingWindowCost:
 
     def cost_s(self, num_tokens: float, num_seqs: float, num_pairs: float,
                num_context_tokens: float) -> tuple[float, float]:
-        """(compute seconds, memory seconds) of the sliding-window layers in one step."""
-        if self.window == 0:
-            return 0.0, 0.0
+        """(compute seconds, memory seconds) of the sliding-window layers in one step (a model
+        with a window; attention_s asks only then)."""
         pairs = min(num_pairs, num_tokens * self.window)
         kv_tokens = min(num_context_tokens + num_tokens, num_seqs * self.window + num_tokens)
         return pairs * self.s_per_pair, kv_tokens * self.kv_s_per_token
