@@ -223,6 +223,16 @@ def test_end_to_end_a_refusal_is_one_line_and_exit_status_2(tmp_path, argv, says
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("argv", [["vidur10k"], ["decode-heavy", "--quik"]])
+def test_the_benchmark_refuses_a_workload_it_does_not_have_instead_of_running_them_all(
+        tmp_path, argv):
+    result = subprocess.run([sys.executable, str(ROOT / "code" / "commands" / "benchmark.py"),
+                             *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert_refused_in_one_line(result.returncode, result.stdout, result.stderr,
+                               f"unknown workload or flag {argv[-1]!r}")
+    assert "vidur-10k, synthetic-10k" in result.stderr  # what would be valid
+
+
 @pytest.mark.parametrize("stop, status, says", [
     (signal.SIGTERM, 143, "servesim: terminated (SIGTERM); no partial file is left behind"),
     (signal.SIGINT, 130, "servesim: interrupted (Ctrl-C); no partial file is left behind"),

@@ -3,6 +3,7 @@
     python3 code/commands/benchmark.py            # every workload (several minutes)
     python3 code/commands/benchmark.py --quick    # the default workload only
     python3 code/commands/benchmark.py vidur-10k synthetic-1m   # the workloads named
+    python3 code/commands/benchmark.py --help     # this text (the workloads: CASES, below)
 
 This is where speed is measured, never in a test: machines are shared and noisy, so read the
 per-step costs and the ratios, and repeat a run before trusting a difference. Each workload runs
@@ -188,13 +189,28 @@ def row(label: str, mode_name: str, m: dict, before: str) -> str:
             f"{m['peak_mb']:>8.1f}")
 
 
+def workload_names(argv: list[str]) -> list[str]:
+    """The workloads the command line names (all of them if none; --quick: the default one).
+    Anything else is refused: one line saying what is valid, exit status 2."""
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
+    unknown = [word for word in argv if word not in CASES and word != "--quick"]
+    if unknown:
+        print(f"servesim: error: benchmark.py: unknown workload or flag {unknown[0]!r}: name "
+              f"workloads among {', '.join(CASES)}, or give --quick (or nothing: every "
+              "workload)", file=sys.stderr)
+        sys.exit(2)
+    if "--quick" in argv:
+        return ["default"]
+    return [name for name in argv if name in CASES] or list(CASES)
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--measure"]:
         print(json.dumps(measure(argv[1], argv[2])))
         return
-    names = [name for name in argv if name in CASES] or list(CASES)
-    if "--quick" in argv:
-        names = ["default"]
+    names = workload_names(argv)
     print(f"{'workload':<56} {'mode':<19} {'steps':>9} {'out tokens':>11} {'wall s':>7} "
           f"{'cpu s':>6} {'us/step':>8} {'out tok/wall s':>14} {'x floor':>7} {'x before':>8} {'peak MB':>8}")
     results = {}
