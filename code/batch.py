@@ -192,6 +192,8 @@ class DecodeRun:
     prompt: Optional[Request] = None  # a running prompt behind the decodes, chunked each step
     num_prompt_tokens: int = 0        # its chunk, each step (the budget the decodes leave)
     prompt_context_tokens: int = 0    # what its first chunk attends to; each adds its own
+    arrivals_wait: bool = False  # an arrival in the run changes nothing but WAITING's length:
+    #                              it finds the budget spent, or waits behind a head kept out
 
 
 class BatchScheduler(Protocol):

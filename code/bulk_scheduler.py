@@ -211,8 +211,9 @@ class BulkScheduler(GroupedDecodes, Scheduler):
         Unless a decode fills a block of tokens known in advance (a recorded answer): that block
         is registered, and the head may find it.
 
-        Or the group and one running prompt behind it, while its chunk spends the rest of the
-        budget (`decodes_and_a_chunk`)."""
+        With somebody waiting, an arrival during the run waits behind that head, for whom
+        nothing changes (`arrivals_wait`). Or the group and one running prompt behind it, while
+        its chunk spends the rest of the budget (`decodes_and_a_chunk`)."""
         decodes, num_decodes = self.decodes, len(self.decodes)
         if wider and num_decodes and len(self.running) == num_decodes + 1:
             return self.decodes_and_a_chunk(num_decodes)
@@ -227,13 +228,14 @@ class BulkScheduler(GroupedDecodes, Scheduler):
             return None  # (every running request is in the group)
         return DecodeRun(self._decode_run_slots(through_a_finish=wider), num_decodes,
                          num_decodes, decodes.num_context_tokens, 0, decodes.last_sample_s,
-                         admission_limit=limit)
+                         admission_limit=limit, arrivals_wait=bool(self.waiting))
 
     def decodes_and_a_chunk(self, num_decodes: int) -> Optional[DecodeRun]:
         """The coming steps of the group and the one running prompt behind it in RUNNING, while
         they are sure to be the same: the budget the decodes leave is the prompt's chunk, all of
-        it (so WAITING's head waits for the budget), and does not end the prompt; the pool
-        holds the decodes' and the chunk's new blocks; up to a step that finishes somebody."""
+        it (so WAITING's head waits for the budget, as do arrivals), and does not end the prompt;
+        the pool holds the decodes' and the chunk's new blocks; up to a step that finishes
+        somebody."""
         decodes, prompt = self.decodes, self.running[-1]
         num_prompt_tokens = self.max_num_batched_tokens - num_decodes
         if (prompt in decodes
@@ -246,7 +248,7 @@ class BulkScheduler(GroupedDecodes, Scheduler):
                          num_decodes, decodes.num_context_tokens, 0, decodes.last_sample_s,
                          admission_limit=limit, prompt=prompt,
                          num_prompt_tokens=num_prompt_tokens,
-                         prompt_context_tokens=prompt.num_computed_tokens)
+                         prompt_context_tokens=prompt.num_computed_tokens, arrivals_wait=True)
 
 
 class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
@@ -395,7 +397,7 @@ class AsyncBulkScheduler(GroupedDecodes, AsyncScheduler):
             return None
         return DecodeRun(self._decode_run_slots(), num_decodes, num_decodes,
                          decodes.num_context_tokens, 0, decodes.last_sample_s,
-                         admission_limit=limit)
+                         admission_limit=limit, arrivals_wait=bool(self.waiting))
 
 
 class BulkStaticBatchScheduler(StaticBatchScheduler):

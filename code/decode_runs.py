@@ -6,7 +6,9 @@ same batch, step after step (`identical_decode_steps`, a `DecodeRun`): decodes a
 admissible, or decodes and one prompt's chunks, up to a step that would change something. This
 module's loops then take those steps one by one as main.simulate's loop would, each priced on
 the clock and recorded on its own, and hand the scheduler their end times at once
-(`apply_decode_run`):
+(`apply_decode_run`). An arrival that can only wait (it finds the budget spent, or queues behind
+a head kept out) does not end a synchronous run: it is admitted between two of its steps, as the
+pass after the first would admit it, and the run goes on:
 
     RunsOfIdenticalSteps            the grouped schedulers' part: what each coming step of a
                                     run reserves, and the run applied at once
@@ -179,28 +181,33 @@ def offers_runs(scheduler) -> bool:
 
 
 def repeat_identical_decode_steps(scheduler, clock, recorder, arrivals, clock_s: float,
-                                  observers, wider: bool = True) -> float:
+                                  observers, wider: bool = True, admit=None) -> float:
     """After a step: when the scheduler is sure its coming steps are the same batch (NAIVE and
     STATIC between finishes; continuous batching of decodes alone, nobody admissible, or of
     decodes and one prompt's chunks), price and record those steps here without asking it
     again: every step still on its own, as main.simulate's loop would, until one would change
-    something or an arrival is due (it must be admitted first). Returns the clock after them
-    (`clock_s` if none ran). `wider`: BulkScheduler's wider runs (see its
-    `identical_decode_steps`); one that ends finishing somebody may be followed by another."""
+    something or an arrival is due that might (it must be admitted first). Returns the clock
+    after them (`clock_s` if none ran). `wider`: BulkScheduler's wider runs (see its
+    `identical_decode_steps`); one that ends finishing somebody may be followed by another.
+    `admit`: main.admit_arrivals, for the arrivals a run goes on through (`arrivals_wait`: they
+    only wait); without it, every arrival ends the run."""
     if not offers_runs(scheduler):
         return clock_s  # the rules, one step at a time
     finished = True
     while finished:
         clock_s, finished = _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s,
-                                            observers, wider)
+                                            observers, wider, admit)
     return clock_s
 
 
 def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observers,
-                    wider: bool) -> tuple[float, list[Request]]:
-    """repeat_identical_decode_steps' one run: the clock after it, and whom it finished."""
+                    wider: bool, admit=None) -> tuple[float, list[Request]]:
+    """repeat_identical_decode_steps' one run: the clock after it, and whom it finished. An
+    arrival due between two of its steps ends it, unless it can only wait (`run.arrivals_wait`)
+    and `admit` is given: then it is admitted there, as the pass after that step would, and the
+    steps before it are recorded with the queue as it was."""
     next_arrival_s = arrivals.next_arrival_s()
-    if next_arrival_s is not None and next_arrival_s <= clock_s:
+    if next_arrival_s is not None and next_arrival_s <= clock_s and not admit:
         return clock_s, []  # the next pass admits it first
     run = scheduler.identical_decode_steps(wider)
     if run is None:
@@ -214,7 +221,18 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     seen = None  # the latest step, for observers
     for new_slots in run.new_slots_reserved:
         if next_arrival_s is not None and next_arrival_s <= clock_s:
-            break
+            if not (admit and run.arrivals_wait):
+                break
+            if steps:
+                recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
+                steps, itls_s = [], []
+            if seen:  # (observed as the queue was)
+                _observe_decode_run_step(observers, scheduler, *seen)
+                seen = None
+            admit(arrivals, scheduler, recorder, clock_s)
+            next_arrival_s = arrivals.next_arrival_s()
+            if scheduler.waiting and run.admission_limit is None:  # a run of chunks: the
+                run.admission_limit = AdmissionLimit.TOKEN_BUDGET   # budget keeps them out
         reserved, used = reserved + new_slots, used + run.num_sampled + num_prompt_tokens
         if num_prompt_tokens:
             step_s = clock.chunk_step_time_s(run.num_seqs, context, num_prompt_tokens,
@@ -234,7 +252,7 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
         context += run.num_seqs
         prompt_context += num_prompt_tokens
         last_token_s = clock_s
-    if not steps:
+    if not step_ends_s:
         return clock_s, []
     recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
     finished = scheduler.apply_decode_run(run, step_ends_s)
@@ -247,24 +265,26 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     return clock_s, finished
 
 
-def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers) -> float:
+def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers,
+                           admit=None) -> float:
     """After a pass of main.simulate's loop (`steps`: its SyncSteps or async scheduling's
-    BatchQueue), the coming identical steps, if the scheduler is sure of some.
-    Returns the clock after them (`clock_s` if none ran)."""
+    BatchQueue), the coming identical steps, if the scheduler is sure of some (`admit`: see
+    repeat_identical_decode_steps). Returns the clock after them (`clock_s` if none ran)."""
     if isinstance(steps, BatchQueue) and offers_runs(steps.scheduler):
-        return repeat_identical_queued_steps(steps, recorder, arrivals, clock_s, observers)
+        return repeat_identical_queued_steps(steps, recorder, arrivals, clock_s, observers,
+                                             admit)
     return repeat_identical_decode_steps(steps.scheduler, steps.clock, recorder, arrivals,
-                                         clock_s, observers)
+                                         clock_s, observers, admit=admit)
 
 
-def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
-                                  observers) -> float:
+def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float, observers,
+                                  admit=None) -> float:
     """repeat_identical_decode_steps under async scheduling (`queue`: the engine's BatchQueue):
     each coming step is a pass of the queue, timed as BatchQueue.step times it: the batch it
     schedules starts when the one in flight ends, and that one's output is read then (which
     moves the engine's clock). Returns the clock after them (`clock_s` if none ran)."""
     next_arrival_s = arrivals.next_arrival_s()
-    if next_arrival_s is not None and next_arrival_s <= clock_s:
+    if next_arrival_s is not None and next_arrival_s <= clock_s and not admit:
         return clock_s  # the next pass admits it first
     scheduler, clock = queue.scheduler, queue.clock
     run = scheduler.identical_decode_steps()
@@ -277,7 +297,13 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
     steps, itls_s, reads_s = [], [], []  # as in repeat_identical_decode_steps
     for new_slots in run.new_slots_reserved:
         if next_arrival_s is not None and next_arrival_s <= clock_s:
-            break
+            if not (admit and run.arrivals_wait):
+                break
+            if steps:  # (recorded with the queue as it was, as in _repeat_one_run)
+                recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
+                steps, itls_s = [], []
+            admit(arrivals, scheduler, recorder, clock_s)
+            next_arrival_s = arrivals.next_arrival_s()
         reserved, used = reserved + new_slots, used + run.num_sampled
         step_s = clock.decode_step_time_s(run.num_seqs, context)
         start_s = max(clock_s, queue.gpu_free_s)
@@ -293,7 +319,7 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float,
         reads_s.append(clock_s)
         context += run.num_seqs
         last_token_s = clock_s
-    if steps:
+    if reads_s:
         recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
         # The run's last batch samples the same requests as the batch in flight before it did:
         # that batch (and the scheduler's sampling list of it) stands for it, ending later.

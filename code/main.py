@@ -84,8 +84,8 @@ def simulate(workload, mode, config, num_gpu_blocks, clock, observers=(),
                                scheduler.num_free_blocks, reserved, used, kv_cache.block_tables))
         if progress:
             progress(recorder, clock_s)
-        clock_s = repeat_identical_steps(steps, recorder, arrivals, clock_s,
-                                         observers)  # speed only: decode_runs.py
+        clock_s = repeat_identical_steps(steps, recorder, arrivals, clock_s, observers,
+                                         admit_arrivals)  # speed only: decode_runs.py
 
 
 class SyncSteps:

@@ -331,3 +331,57 @@ def test_runs_of_a_prompts_chunks_and_runs_ending_in_a_finish_are_taken_and_chan
         rules = served(config, 256, rows, None, "chunked", [EveryRequest(), *observers])
         assert bulk == rules
         assert {(True, False), (True, True), (False, True)} <= kinds, kinds  # (prompt, finish)
+
+
+def test_an_arrival_that_only_waits_does_not_end_a_run(monkeypatch):
+    """Two decodes and a long prompt chunked behind them: requests arriving while its chunks
+    spend the budget can only wait, so the run of chunks goes on through them (synchronous
+    scheduling) and no step in the middle of the prompt asks the rules; every request is still
+    served as the rules serve it."""
+    from bulk_scheduler import BulkScheduler
+    config = EngineConfig(max_model_len=2048, default_chunked_budget=64, async_scheduling=False)
+    opening = [(0.0, 10, 300), (0.0, 10, 300), (0.0, 1500, 5)]
+    records, _ = served(config, 4096, opening, None, "chunked", [])
+    first_token_s = records[2].first_token_s  # the long prompt's: its chunks end then
+    rows = opening + [(first_token_s * i / 12, 20, 5) for i in range(1, 12)]
+    passes = []  # the long prompt's chunk in each step that asked the rules
+    original = BulkScheduler.schedule
+
+    def schedule(self, now_s):
+        batch = original(self, now_s)
+        passes.extend(s for s in batch.scheduled if s.request.request_id == "2")
+        return batch
+
+    monkeypatch.setattr(BulkScheduler, "schedule", schedule)
+    bulk = served(config, 4096, rows, None, "chunked", [])
+    middle = [s for s in passes if 0 < s.num_context_tokens
+              and s.num_context_tokens + s.num_new_tokens < 1500]
+    assert passes and not middle, [(s.num_context_tokens, s.num_new_tokens) for s in middle]
+    assert bulk == served(config, 4096, rows, None, "chunked", [EveryRequest()])
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_an_arrival_behind_a_head_kept_out_does_not_end_a_run(monkeypatch, async_scheduling):
+    """Two decodes fill max_num_seqs, a third request waits for a seat: requests arriving
+    behind it change nothing, so the decodes' run goes on through them (no pass of the rules
+    until the first decode finishes); every request is still served as the rules serve it."""
+    from bulk_scheduler import AsyncBulkScheduler, BulkScheduler
+    config = EngineConfig(max_model_len=1024, max_num_seqs=2, async_scheduling=async_scheduling)
+    opening = [(0.0, 10, 400), (0.0, 10, 400), (0.0, 10, 5)]
+    records, _ = served(config, 4096, opening, None, "chunked", [])
+    first_end_s = records[0].last_token_s
+    rows = opening + [(first_end_s * i / 12, 20, 5) for i in range(1, 12)]
+    pass_times_s = []
+    scheduler_class = AsyncBulkScheduler if async_scheduling else BulkScheduler
+    original = scheduler_class.schedule
+
+    def schedule(self, now_s):
+        pass_times_s.append(now_s)
+        return original(self, now_s)
+
+    monkeypatch.setattr(scheduler_class, "schedule", schedule)
+    bulk = served(config, 4096, rows, None, "chunked", [])
+    assert bulk[0][0].last_token_s == first_end_s  # (the arrivals wait: nothing moves)
+    during = [t for t in pass_times_s if 0 < t < 0.9 * first_end_s]
+    assert len(during) <= 3, during  # the first steps: the opening's prompts, then decodes
+    assert bulk == served(config, 4096, rows, None, "chunked", [EveryRequest()])
