@@ -7,8 +7,8 @@ admissible, or decodes and one prompt's chunks, up to a step that would change s
 module's loops then take those steps one by one as main.simulate's loop would, each priced on
 the clock and recorded on its own, and hand the scheduler their end times at once
 (`apply_decode_run`). An arrival that can only wait (it finds the budget spent, or queues behind
-a head kept out) does not end a synchronous run: it is admitted between two of its steps, as the
-pass after the first would admit it, and the run goes on:
+a head kept out) does not end a run: it is admitted between two of its steps, as the pass after
+the first would admit it, and the run goes on:
 
     RunsOfIdenticalSteps            the grouped schedulers' part: what each coming step of a
                                     run reserves, and the run applied at once
@@ -223,16 +223,12 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             if not (admit and run.arrivals_wait):
                 break
-            if steps:
-                recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
-                steps, itls_s = [], []
             if seen:  # (observed as the queue was)
                 _observe_decode_run_step(observers, scheduler, *seen)
                 seen = None
-            admit(arrivals, scheduler, recorder, clock_s)
-            next_arrival_s = arrivals.next_arrival_s()
-            if scheduler.waiting and run.admission_limit is None:  # a run of chunks: the
-                run.admission_limit = AdmissionLimit.TOKEN_BUDGET   # budget keeps them out
+            next_arrival_s = _admit_waiting_arrivals(run, steps, itls_s, scheduler, recorder,
+                                                     arrivals, admit, clock_s)
+            steps, itls_s = [], []
         reserved, used = reserved + new_slots, used + run.num_sampled + num_prompt_tokens
         if num_prompt_tokens:
             step_s = clock.chunk_step_time_s(run.num_seqs, context, num_prompt_tokens,
@@ -263,6 +259,19 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     if seen:  # the last step, observed once applied (as main.simulate shows a step)
         _observe_decode_run_step(observers, scheduler, *seen, finished=finished)
     return clock_s, finished
+
+
+def _admit_waiting_arrivals(run: DecodeRun, steps: list, itls_s: list, scheduler, recorder,
+                            arrivals, admit, clock_s: float) -> Optional[float]:
+    """Arrivals due inside a run that can only wait (`run.arrivals_wait`): its steps so far
+    are recorded with the queue as it was, then the arrivals are admitted, as the pass after
+    the latest step would. Returns the next arrival's time."""
+    if steps:
+        recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
+    admit(arrivals, scheduler, recorder, clock_s)
+    if scheduler.waiting and run.admission_limit is None:  # a run of chunks: the budget
+        run.admission_limit = AdmissionLimit.TOKEN_BUDGET   # keeps them out
+    return arrivals.next_arrival_s()
 
 
 def repeat_identical_steps(steps, recorder, arrivals, clock_s: float, observers,
@@ -299,11 +308,9 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float, obs
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             if not (admit and run.arrivals_wait):
                 break
-            if steps:  # (recorded with the queue as it was, as in _repeat_one_run)
-                recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
-                steps, itls_s = [], []
-            admit(arrivals, scheduler, recorder, clock_s)
-            next_arrival_s = arrivals.next_arrival_s()
+            next_arrival_s = _admit_waiting_arrivals(run, steps, itls_s, scheduler, recorder,
+                                                     arrivals, admit, clock_s)
+            steps, itls_s = [], []
         reserved, used = reserved + new_slots, used + run.num_sampled
         step_s = clock.decode_step_time_s(run.num_seqs, context)
         start_s = max(clock_s, queue.gpu_free_s)
