@@ -212,6 +212,8 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     run = scheduler.identical_decode_steps(wider)
     if run is None:
         return clock_s, []
+    observers, counters = split_token_counters(observers)
+    counted = []  # (start, seconds) of each step, for the counters
     kv_cache = scheduler.kv_cache
     reserved, used = kv_cache.num_reserved_slots, kv_cache.num_used_slots
     context, last_token_s = run.num_context_tokens, run.last_token_s
@@ -238,6 +240,8 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
         clock_s += step_s
         steps.append((step_s, reserved, used))
         itls_s.append(clock_s - last_token_s)
+        if counters:
+            counted.append((clock_s - step_s, step_s))
         if observers:
             if seen:  # the step before: observed now, the pool as it left it
                 _observe_decode_run_step(observers, scheduler, *seen)
@@ -251,6 +255,8 @@ def _repeat_one_run(scheduler, clock, recorder, arrivals, clock_s: float, observ
     if not step_ends_s:
         return clock_s, []
     recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
+    for count in counters:
+        count.count_run_steps(counted, run.num_sampled)
     finished = scheduler.apply_decode_run(run, step_ends_s)
     if finished:  # by the run's last step: recorded, and their clients told, as after a step
         arrivals.on_finished(len(finished), clock_s)
@@ -304,6 +310,8 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float, obs
     context, last_token_s = run.num_context_tokens, run.last_token_s
     batch, previous_end_s = queue.in_flight
     steps, itls_s, reads_s = [], [], []  # as in repeat_identical_decode_steps
+    observers, counters = split_token_counters(observers)
+    counted = []
     for new_slots in run.new_slots_reserved:
         if next_arrival_s is not None and next_arrival_s <= clock_s:
             if not (admit and run.arrivals_wait):
@@ -319,6 +327,8 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float, obs
         previous_end_s = queue.gpu_free_s
         steps.append((step_s, reserved, used))
         itls_s.append(clock_s - last_token_s)
+        if counters:
+            counted.append((start_s, step_s))
         if observers:
             _observe_decode_run_step(observers, scheduler, recorder.num_steps + len(steps) - 1,
                                      run, context, start_s, step_s, clock_s - last_token_s,
@@ -328,11 +338,24 @@ def repeat_identical_queued_steps(queue, recorder, arrivals, clock_s: float, obs
         last_token_s = clock_s
     if reads_s:
         recorder.on_decode_run(run, steps, itls_s, num_waiting=len(scheduler.waiting))
+        for count in counters:
+            count.count_run_steps(counted, run.num_sampled)
         # The run's last batch samples the same requests as the batch in flight before it did:
         # that batch (and the scheduler's sampling list of it) stands for it, ending later.
         queue.in_flight = (batch, previous_end_s)
         scheduler.apply_decode_run(run, reads_s)
     return clock_s
+
+
+def split_token_counters(observers) -> tuple[list, list]:
+    """The observers that are shown each step of a run, and apart from them those that count
+    only its output tokens (`count_run_steps`: reports/timeseries.OutputTokensPerSecond, run's
+    peak), which are handed the run's steps at once, (start, seconds) each, with no EngineStep
+    built for every step."""
+    if not observers:
+        return [], []
+    counters = [observe for observe in observers if hasattr(observe, "count_run_steps")]
+    return [observe for observe in observers if observe not in counters], counters
 
 
 class RunStepSeen(NamedTuple):

@@ -13,6 +13,8 @@ requests has lower goodput. (The definition comes from the DistServe paper, arXi
 `--goodput` itself is parsed in commands/flags.py.
 """
 
+from typing import Iterable
+
 from request import Request
 
 SLO_NAMES = ("ttft", "tpot", "e2el")  # the request-level metrics vLLM accepts, in its order
@@ -45,7 +47,7 @@ def is_good(request: Request, slos_ms: dict[str, float]) -> bool:
     return all(latencies_ms[name] <= target for name, target in slos_ms.items())
 
 
-def request_goodput(completed: list[Request], slos_ms: dict[str, float],
+def request_goodput(completed: Iterable[Request], slos_ms: dict[str, float],
                     duration_s: float) -> float:
     """Good requests per second of the run's duration; 0.0 for a run of no duration."""
     if duration_s <= 0:
@@ -53,7 +55,7 @@ def request_goodput(completed: list[Request], slos_ms: dict[str, float],
     return sum(1 for request in completed if is_good(request, slos_ms)) / duration_s
 
 
-def num_missed(completed: list[Request], slos_ms: dict[str, float]) -> dict[str, int]:
+def num_missed(completed: Iterable[Request], slos_ms: dict[str, float]) -> dict[str, int]:
     """How many finished requests missed each SLO (one request may miss several): why a
     mode's goodput is what it is."""
     missed = dict.fromkeys(slos_ms, 0)
@@ -69,7 +71,7 @@ def add_request_goodput(metrics: dict, recorder, slos_ms: dict[str, float]) -> d
     """A run's summary with `request_goodput` (req/s) and `missed_slos` (requests that missed
     each SLO) added when SLOs were given."""
     if slos_ms:
-        completed = recorder.completed()
-        metrics["request_goodput"] = request_goodput(completed, slos_ms, metrics["duration"])
-        metrics["missed_slos"] = num_missed(completed, slos_ms)
+        metrics["request_goodput"] = request_goodput(recorder.iter_completed(), slos_ms,
+                                                     metrics["duration"])
+        metrics["missed_slos"] = num_missed(recorder.iter_completed(), slos_ms)
     return metrics

@@ -34,7 +34,7 @@ import operator
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Iterator, Optional
 
 from batch import DecodeRun, SchedulerOutput, StepResult
 from engine_counters import EngineCounters
@@ -69,6 +69,9 @@ class Distribution:
 
     def mean(self) -> float:
         return self._sum / self.total if self.total else 0.0
+
+    def percentiles(self, ps: list[float]) -> list[float]:
+        return [self.percentile(p) for p in ps]
 
     def percentile(self, p: float) -> float:
         """The p-th percentile (0..100) of the expanded list; 0.0 for no values."""
@@ -145,32 +148,35 @@ class GapCounts:
 class ArrayDistribution:
     """`Distribution`'s mean and percentiles of (value, count) pairs kept unsorted in arrays
     (`counts` None: each value once), without sorting them all: the value at a rank is found in
-    two passes, the first counting items into NUM_BUCKETS equal ranges of value, the second
-    sorting the one range it falls in. The mean is the exactly rounded sum of the value x count
-    products (a Counter multiplies a recurring value once, by all its count: the last digit may
-    differ)."""
+    two passes, the first counting items into NUM_BUCKETS equal ranges of value (each item's
+    range noted, 2 bytes an item), the second sorting the one range it falls in (kept: the rank
+    after it is usually in it too). The passes are the built-ins' own loops (map, compress):
+    a million values take a fraction of a second, not a Python call each. The mean is the
+    exactly rounded sum of the value x count products (a Counter multiplies a recurring value
+    once, by all its count: the last digit may differ)."""
     NUM_BUCKETS = 1 << 16
 
     def __init__(self, values: array, counts: Optional[array] = None):
         self.values, self.counts = values, counts
         self.total = len(values) if counts is None else sum(counts)
-        self.low, high = min(values), max(values)
-        self.scale = (self.NUM_BUCKETS - 1) / (high - self.low) if high > self.low else 0.0
+        low, high = min(values), max(values)
+        scale = (self.NUM_BUCKETS - 1) / (high - low) if high > low else 0.0
+        # each value's range: int((value - low) * scale), in order
+        self.buckets = array("H", map(int, map(scale.__mul__, map(low.__rsub__, values))))
         bucket_counts = array("q", bytes(8 * self.NUM_BUCKETS))
-        for value, count in self._pairs():
-            bucket_counts[self._bucket(value)] += count
+        if counts is None:
+            for bucket, count in Counter(self.buckets).items():
+                bucket_counts[bucket] = count
+        else:
+            for bucket, count in zip(self.buckets, counts):
+                bucket_counts[bucket] += count
         self.bucket_ends = array("q", itertools.accumulate(bucket_counts))
-
-    def _pairs(self):
-        if self.counts is None:
-            return zip(self.values, itertools.repeat(1))
-        return zip(self.values, self.counts)
-
-    def _bucket(self, value: float) -> int:
-        return int((value - self.low) * self.scale)
+        self._sorted_buckets: dict[int, Distribution] = {}  # range -> its values, sorted
 
     def mean(self) -> float:
-        return math.fsum(value * count for value, count in self._pairs()) / self.total
+        if self.counts is None:
+            return math.fsum(self.values) / self.total
+        return math.fsum(map(operator.mul, self.values, self.counts)) / self.total
 
     def percentile(self, p: float) -> float:
         rank = p / 100 * (self.total - 1)
@@ -179,16 +185,47 @@ class ArrayDistribution:
         high = self._value_at(min(below + 1, self.total - 1))
         return low + (high - low) * (rank - below)
 
+    def percentiles(self, ps: list[float]) -> list[float]:
+        """percentile(p) for each of `ps`; the ranges their ranks fall in, when more than two,
+        are gathered in one pass over the values (rather than one pass each)."""
+        below = [math.floor(p / 100 * (self.total - 1)) for p in ps]
+        ranks = below + [min(rank + 1, self.total - 1) for rank in below]  # as percentile's
+        wanted = {self._bucket_of(rank) for rank in ranks} - self._sorted_buckets.keys()
+        if len(wanted) > 2:
+            inside = {bucket: Counter() for bucket in wanted}
+            for (value, count), bucket in zip(self._pairs(), self.buckets):
+                if bucket in inside:
+                    inside[bucket][value] += count
+            for bucket, counts in inside.items():
+                self._sorted_buckets[bucket] = Distribution.of_counts(counts)
+        return [self.percentile(p) for p in ps]
+
+    def _bucket_of(self, rank: int) -> int:
+        return bisect.bisect_right(self.bucket_ends, rank)
+
     def _value_at(self, rank: int) -> float:
         """The value at 0-based `rank` of the expanded, sorted list."""
-        bucket = bisect.bisect_right(self.bucket_ends, rank)
+        bucket = self._bucket_of(rank)
         before = self.bucket_ends[bucket - 1] if bucket else 0
-        inside = Counter()
-        for value, count in self._pairs():
-            if self._bucket(value) == bucket:
-                inside[value] += count
-        in_bucket = Distribution.of_counts(inside)
+        in_bucket = self._sorted_buckets.get(bucket)
+        if in_bucket is None:
+            in_bucket = self._sorted_buckets[bucket] = self._bucket_distribution(bucket)
         return in_bucket.values[bisect.bisect_right(in_bucket.ends, rank - before)]
+
+    def _pairs(self):
+        if self.counts is None:
+            return zip(self.values, itertools.repeat(1))
+        return zip(self.values, self.counts)
+
+    def _bucket_distribution(self, bucket: int) -> Distribution:
+        """The values in range `bucket`, with their counts, sorted."""
+        selected = map(bucket.__eq__, self.buckets)
+        if self.counts is None:
+            return Distribution.of_samples(itertools.compress(self.values, selected))
+        inside = Counter()
+        for value, count in itertools.compress(zip(self.values, self.counts), selected):
+            inside[value] += count
+        return Distribution.of_counts(inside)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -267,7 +304,12 @@ class LatencyRecorder:
 
     def completed(self) -> list[RequestRecord]:
         """The finished requests, in arrival order."""
-        return [self.record(i) for i, status in enumerate(self.status) if status == FINISHED]
+        return list(self.iter_completed())
+
+    def iter_completed(self) -> Iterator[RequestRecord]:
+        """The finished requests, in arrival order, one at a time (a million records at once
+        would hold a hundred MB or more)."""
+        return (self.record(i) for i, status in enumerate(self.status) if status == FINISHED)
 
     def record(self, index: int) -> RequestRecord:
         if self.status[index] != FINISHED:
@@ -291,32 +333,34 @@ class LatencyRecorder:
         """
         if name == "itl":
             return self.itl_gaps.distribution()
-        arrival, first, last = self.arrival_s, self.first_token_s, self.last_token_s
-        outputs = self.num_output_tokens
-        done = self._completed_indexes()
+        done = self._of_completed
         if name == "ttft":
-            samples = array("d", (first[i] - arrival[i] for i in done))
+            samples = array("d", map(operator.sub, done(self.first_token_s),
+                                     done(self.arrival_s)))
         elif name == "tpot":
-            samples = array("d", ((last[i] - first[i]) / (outputs[i] - 1)
-                                  for i in done if outputs[i] > 1))
+            samples = array("d", ((last - first) / (outputs - 1) for first, last, outputs
+                                  in zip(done(self.first_token_s), done(self.last_token_s),
+                                         done(self.num_output_tokens)) if outputs > 1))
         else:
-            samples = array("d", (last[i] - arrival[i] for i in done))
+            samples = array("d", map(operator.sub, done(self.last_token_s),
+                                     done(self.arrival_s)))
         if len(samples) > MANY:  # sorting them would take ~64 bytes a value
             return ArrayDistribution(samples)
         return Distribution.of_samples(samples)
 
-    def _completed_indexes(self):
-        return (i for i, status in enumerate(self.status) if status == FINISHED)
+    def _of_completed(self, numbers: array):
+        """`numbers`' entries of the completed requests, in arrival order."""
+        return itertools.compress(numbers, map(FINISHED.__eq__, self.status))
 
     def summary(self) -> dict:
         """What `vllm bench serve` reports, named as in its JSON (ms, s, per second)."""
         num_completed = self.num_completed
         start_s = min(self.arrival_s, default=0.0)
-        last_tokens = (self.last_token_s[i] for i in self._completed_indexes())
+        last_tokens = self._of_completed(self.last_token_s)
         rejected_arrivals = (self.arrival_s[rejection.index] for rejection in self.rejected)
         duration = max(itertools.chain(last_tokens, rejected_arrivals), default=start_s) - start_s
-        input_tokens = sum(self.prompt_len[i] for i in self._completed_indexes())
-        output_tokens = sum(self.num_output_tokens[i] for i in self._completed_indexes())
+        input_tokens = sum(self._of_completed(self.prompt_len))
+        output_tokens = sum(self._of_completed(self.num_output_tokens))
         result = {
             "completed": num_completed,
             "rejected": len(self.rejected),
@@ -401,6 +445,9 @@ class RunRecorder:
     def completed(self) -> list[RequestRecord]:
         return self.latencies.completed()
 
+    def iter_completed(self) -> Iterator[RequestRecord]:
+        return self.latencies.iter_completed()
+
     def record(self, index: int) -> RequestRecord:
         return self.latencies.record(index)
 
@@ -427,26 +474,31 @@ def serving_metrics(recorder: RunRecorder, percentiles: list[float], slos_ms: di
     """
     result = add_request_goodput(recorder.summary(), recorder, slos_ms)
     for name in LATENCY_NAMES:
-        distribution = recorder.latency_distribution(name)
-        for p in percentiles:
-            result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * distribution.percentile(p)
+        values = recorder.latency_distribution(name).percentiles(percentiles)
+        for p, value in zip(percentiles, values):
+            result[f"p{percentile_name(p)}_{name}_ms"] = 1000 * value
     result["max_output_tokens_per_s"] = max_output_tokens_per_s
-    result["max_concurrent_requests"] = peak_concurrent_requests(recorder.completed())
+    result["max_concurrent_requests"] = peak_concurrent_requests(recorder.iter_completed())
     return result
 
 
-def peak_concurrent_requests(completed: list) -> int:
+def peak_concurrent_requests(completed: Iterable) -> int:
     """Most completed requests in flight at once, each over [arrival, last token).
 
     As `vllm bench serve` counts it: a sweep over start and end events in time order, where an
-    end at the same instant as a start comes first (the intervals are half-open).
+    end at the same instant as a start comes first (the intervals are half-open). Starts and
+    ends are sorted apart (floats in arrays, not an event tuple each), then merged.
     """
-    starts = [(r.arrival_s, 1) for r in completed]
-    ends = [(r.last_token_s, -1) for r in completed]
-    in_flight = peak = 0
-    for _, change in sorted(starts + ends):  # (t, -1) sorts before (t, +1): ends first
-        in_flight += change
-        peak = max(peak, in_flight)
+    starts_s, ends_s = array("d"), array("d")
+    for record in completed:
+        starts_s.append(record.arrival_s)
+        ends_s.append(record.last_token_s)
+    starts_s, ends_s = array("d", sorted(starts_s)), array("d", sorted(ends_s))
+    peak = num_ended = 0
+    for num_started, start_s in enumerate(starts_s, 1):
+        while num_ended < len(ends_s) and ends_s[num_ended] <= start_s:  # ends first
+            num_ended += 1
+        peak = max(peak, num_started - num_ended)
     return peak
 
 

@@ -159,7 +159,7 @@ def evidence_of(summary: dict, recorder, config: EngineConfig, phys: Physics,
     the workload's shared prefixes (diagnose.repeated_prefix_pct)."""
     completed = summary["completed"]
     mean_sequence = (summary["total_input_tokens"] + summary["total_output_tokens"]) / completed
-    in_flight = min(peak_concurrent_requests(recorder.completed()), config.max_num_seqs)
+    in_flight = min(peak_concurrent_requests(recorder.iter_completed()), config.max_num_seqs)
     speculative = config.speculative_config
     num_drafts = speculative.num_speculative_tokens if speculative else 0
     derived = {"kv_cache_tokens": phys.kv_cache_tokens,

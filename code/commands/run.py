@@ -107,7 +107,7 @@ def run_one_mode(args: argparse.Namespace, context) -> str:
         if outputs.html:
             files.add_text(outputs.html, render_page(page_data(
                 mode_run.steps, engine.title_lines(workload))))
-        first_arrival_s = min(r.arrival_s for r in recorder.completed())
+        first_arrival_s = min(r.arrival_s for r in recorder.iter_completed())
         metrics = serving_metrics(recorder, outputs.percentiles, engine.slos_ms,
                                   mode_run.tokens_per_s.peak(first_arrival_s))
         if outputs.svg:

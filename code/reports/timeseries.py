@@ -99,6 +99,13 @@ class OutputTokensPerSecond:
         if num_tokens:
             self.buckets[int(step.start_s + step.step_s - self.start_s)] += num_tokens
 
+    def count_run_steps(self, steps: list[tuple[float, float]], num_tokens: int) -> None:
+        """Steps of a run of identical ones (decode_runs.py), each (start, seconds), each giving
+        `num_tokens` output tokens: counted as a call for each would count them."""
+        if num_tokens:
+            for start_s, step_s in steps:
+                self.buckets[int(start_s + step_s - self.start_s)] += num_tokens
+
     def peak(self, start_s: float) -> float:
         """`vllm bench serve`'s "Peak output token throughput": the most tokens in one whole
         second. Seconds are counted from `start_s` (the first completed request's arrival, the
