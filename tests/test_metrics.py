@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from metrics import RunRecorder, percentile, weighted_percentile
+from metrics import RunRecorder, peak_concurrent_requests, percentile, weighted_percentile
 from batch import SchedulerOutput, StepResult
 from conftest import make_request
 from request import RequestStatus
@@ -118,6 +118,48 @@ def test_gaps_moved_out_of_the_counter_keep_exact_percentiles(monkeypatch):
         assert moved.percentile(p) == exact(expected, p)
     assert moved.mean() == pytest.approx(sum(v * c for v, c in expected.items()) / moved.total,
                                          rel=1e-12)
+
+
+def test_many_percentiles_at_once_are_each_percentile_alone():
+    """ArrayDistribution.percentiles gathers the value ranges many ranks fall in with one pass
+    over the values: each answer is what percentile(p) alone, and the sorted list, give."""
+    from array import array
+    from metrics import ArrayDistribution, Distribution
+    rng = random.Random(11)
+    values = [rng.choice([0.5, 0.125, rng.random()]) * rng.choice([1, 1e3]) for _ in range(5000)]
+    counts = [rng.randint(1, 5) for _ in values]
+    ps = [0, 1, 5, 10, 25, 33.3, 50, 75, 90, 95, 99, 99.9, 100]
+    expected = Counter()
+    for value, count in zip(values, counts):
+        expected[value] += count
+    for weighted in (False, True):
+        exact = Distribution.of_counts(expected if weighted else Counter(values))
+        at_once = ArrayDistribution(array("d", values), array("I", counts) if weighted else None)
+        alone = ArrayDistribution(array("d", values), array("I", counts) if weighted else None)
+        answers = at_once.percentiles(ps)
+        assert len(at_once._sorted_buckets) > 2  # the one pass gathered several ranges
+        assert answers == [alone.percentile(p) for p in ps] == [exact.percentile(p) for p in ps]
+
+
+def test_peak_in_flight_is_the_event_sweep_with_ends_first():
+    """metrics.peak_concurrent_requests merges sorted starts and ends; it gives what a sweep
+    over (time, +1 / -1) events in time order gives, an end before a start at the same
+    instant, on intervals with many shared endpoints."""
+    from metrics import RequestRecord
+    rng = random.Random(4)
+    for _ in range(200):
+        records = []
+        for index in range(rng.randint(0, 30)):
+            start_s = rng.choice([0.0, 1.0, 2.0, rng.random() * 3])
+            end_s = start_s + rng.choice([0.0, 1.0, rng.random()])
+            records.append(RequestRecord(index, start_s, 1, 1, end_s, end_s, 1))
+        events = sorted([(r.arrival_s, 1) for r in records]
+                        + [(r.last_token_s, -1) for r in records])
+        in_flight = peak = 0
+        for _, change in events:
+            in_flight += change
+            peak = max(peak, in_flight)
+        assert peak_concurrent_requests(iter(records)) == peak
 
 
 def test_a_run_of_steps_is_recorded_as_its_steps_one_at_a_time_would_be(monkeypatch):
