@@ -385,9 +385,37 @@ def test_a_long_run_is_announced_with_its_size_before_it_starts():
 def test_a_run_the_memory_cannot_hold_is_refused_with_the_figure(capsys, monkeypatch):
     from commands import estimate
     monkeypatch.setattr(estimate, "available_memory_bytes", lambda: 2 * 2**30)
-    code, out, err = cli_here(capsys, ["run", "--num-prompts", "5000000"])
+    code, out, err = cli_here(capsys, ["run", "--num-prompts", "5000000", "--request-rate", "inf"])
     assert_one_line_refusal(code, out, err, "GiB of memory")
     assert "1.5 GiB this machine can give now" in err
+
+
+def test_only_a_workload_sent_at_once_is_sure_to_keep_every_request_waiting(monkeypatch):
+    """A workload sent over time keeps few requests waiting while the engine keeps up: it is
+    held to what it needs at least (refused only if that cannot fit), and its line says how
+    much more an engine that cannot keep up would take; sent at once, every request waits."""
+    import main
+    from commands import cli, estimate, flags
+    from commands.workload_flags import _workload
+    from config import ConfigError
+    monkeypatch.setattr(estimate, "available_memory_bytes", lambda: 2 * 2**30)
+    sizes = {}
+    for rate in ("4", "inf"):
+        args = cli.build_parser(main.knobs()).parse_args(
+            ["run", "--num-prompts", "5000000", "--request-rate", rate])
+        config, _ = flags.config_from_args(args, main.knobs())
+        estimate.new_command()
+        stream = io.StringIO()
+        try:
+            sizes[rate] = estimate.check_size(_workload(args, config), config, stream=stream)
+            line = stream.getvalue()
+        except ConfigError as refusal:
+            sizes[rate], line = None, str(refusal)
+        if rate == "4":
+            assert "of memory (up to " in line and "waits at once" in line
+    assert sizes["inf"] is None  # 5,000,000 requests waiting at once cannot fit in 1.5 GiB
+    over_time = sizes["4"]
+    assert over_time.memory_bytes < 1.5 * 2**30 < over_time.most_memory_bytes
 
 
 def test_a_small_run_says_nothing_of_its_size(capsys):

@@ -149,7 +149,7 @@ def workload_from_args(args: argparse.Namespace, config: EngineConfig,
     of it in `modes` (estimate.py, which also announces a long one before anything slow), and
     that the virtual clock can still count steps at the last arrival."""
     workload = _workload(args, config)
-    estimate.check_size(workload, config, modes)
+    estimate.check_size(workload, config, modes, charts=getattr(args, "svg", None) is not None)
     check_clock_resolution(workload, make_clock(config).shortest_step_s(), workload_kind(args))
     return workload
 
