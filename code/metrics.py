@@ -179,17 +179,20 @@ class ArrayDistribution:
         return math.fsum(map(operator.mul, self.values, self.counts)) / self.total
 
     def percentile(self, p: float) -> float:
+        rank, below, above = self._ranks(p)
+        low, high = self._value_at(below), self._value_at(above)
+        return low + (high - low) * (rank - below)
+
+    def _ranks(self, p: float) -> tuple[float, int, int]:
+        """The p-th percentile's rank, and the two whole ranks either side of it."""
         rank = p / 100 * (self.total - 1)
         below = math.floor(rank)
-        low = self._value_at(below)
-        high = self._value_at(min(below + 1, self.total - 1))
-        return low + (high - low) * (rank - below)
+        return rank, below, min(below + 1, self.total - 1)
 
     def percentiles(self, ps: list[float]) -> list[float]:
         """percentile(p) for each of `ps`; the ranges their ranks fall in, when more than two,
         are gathered in one pass over the values (rather than one pass each)."""
-        below = [math.floor(p / 100 * (self.total - 1)) for p in ps]
-        ranks = below + [min(rank + 1, self.total - 1) for rank in below]  # as percentile's
+        ranks = [rank for p in ps for rank in self._ranks(p)[1:]]
         wanted = {self._bucket_of(rank) for rank in ranks} - self._sorted_buckets.keys()
         if len(wanted) > 2:
             inside = {bucket: Counter() for bucket in wanted}

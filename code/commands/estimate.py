@@ -19,16 +19,16 @@ on a B300: 3.3 s, 400,001 steps, 56 MB):
     memory     BASE_BYTES + BYTES_PER_REQUEST x requests + BYTES_PER_STEP x steps, plus
                BYTES_PER_WAITING_REQUEST x the requests sent at once (all of them wait at
                first), plus BYTES_PER_CHART_STEP x steps when a chart is drawn (--svg)
-
-A workload sent over time keeps few requests waiting while the engine keeps up; one it cannot
-keep up with queues more and more of them, up to all: the line then says how much that would
-take too ("up to ..."), and only the first figure, what the run needs at least, is held against
-the machine's memory.
     steps      in a continuous mode at least the longest request's tokens (one decode a
                step), the whole workload's tokens through the token budget, and its output
                tokens through max_num_seqs; NAIVE a step per output token; STATIC a batch of
                max_num_seqs until its longest output is done (`num_steps`); of the modes the
                command runs, the slowest
+
+A workload sent over time keeps few requests waiting while the engine keeps up; one it cannot
+keep up with queues more and more of them, up to all: the line then says how much that would
+take too ("up to ..."), and only the first figure, what the run needs at least, is held against
+the machine's memory.
 
 They are rough (a scheduler that stalls takes more steps; a faster engine fewer seconds) and
 say so; the memory cap refuses only what could not fit: more than the memory the machine has
@@ -57,7 +57,7 @@ BYTES_PER_WAITING_REQUEST = 370  # a Request object, drawn and waiting (363 byte
 BYTES_PER_STEP = 12              # a distinct inter-token gap, in flat arrays (metrics.GapCounts)
 BYTES_PER_CHART_STEP = 480       # StepSeries' sample of every step, for --svg's charts
 ANNOUNCE_AFTER_S = 3.0             # a run estimated longer than this is announced
-RESERVED_BYTES = 512 * 2**20       # left to the interpreter, the modules and the report
+RESERVED_BYTES = 512 * 2**20       # left beyond the estimate: the report, the machine's others
 
 
 @dataclass(frozen=True)
